@@ -1,0 +1,191 @@
+// Package discovery reads what a node's NVIDIA GPUs are through an injected
+// nvml.Interface (the real driver or the fake node) into an Inventory, turns
+// the Inventory into NFD features, and watches NVML for health events.
+//
+// Everything downstream (labels, rules, plugin servers) consumes the Inventory
+// or the Features derived from it; nothing downstream calls NVML.
+package discovery
+
+import "fmt"
+
+// Unknown is recorded for a string fact NVML does not support on a device
+// (ERROR_NOT_SUPPORTED): the fact is absent, not an error.
+const Unknown = "unknown"
+
+// NoNUMANode is the NUMANode of a GPU whose NUMA affinity is unknown or that
+// sits on a machine without NUMA.
+const NoNUMANode = -1
+
+// Inventory is everything discovery learned about one node's GPUs at one
+// moment. It is a plain value: safe to copy, compare and serialize.
+type Inventory struct {
+	// DriverVersion is the kernel driver version, e.g. "570.86.15".
+	DriverVersion string `json:"driverVersion"`
+	// CUDADriverVersion is the CUDA version the driver supports, e.g. "12.8".
+	CUDADriverVersion string `json:"cudaDriverVersion"`
+	// NVMLVersion is the NVML library version, e.g. "12.570.86.15".
+	NVMLVersion string `json:"nvmlVersion"`
+	// GPUs are the node's physical GPUs, ordered by NVML index.
+	GPUs []GPU `json:"gpus"`
+	// Links is the GPU-to-GPU link matrix, indexed by GPU index.
+	Links LinkMatrix `json:"links,omitempty"`
+}
+
+// GPU is one physical GPU.
+type GPU struct {
+	// Index is the NVML device index.
+	Index int `json:"index"`
+	// Minor is the device minor number (/dev/nvidia<Minor>).
+	Minor int `json:"minor"`
+	// UUID is the GPU UUID, e.g. "GPU-6f4a...".
+	UUID string `json:"uuid"`
+	// Product is the product name as NVML reports it, e.g. "NVIDIA A100-SXM4-40GB".
+	Product string `json:"product"`
+	// Brand is the brand as go-nvlib names it, e.g. "Nvidia" or "Tesla".
+	Brand string `json:"brand"`
+	// Architecture is the architecture as go-nvlib names it, e.g. "Ampere".
+	Architecture string `json:"architecture"`
+	// Family is the lowercase architecture family used in labels, e.g. "ampere".
+	Family string `json:"family"`
+	// ComputeMajor and ComputeMinor are the CUDA compute capability.
+	ComputeMajor int `json:"computeMajor"`
+	ComputeMinor int `json:"computeMinor"`
+	// MemoryMiB is the total framebuffer memory in MiB.
+	MemoryMiB uint64 `json:"memoryMiB"`
+	// PCIBusID is the PCI address in domain:bus:device.function form,
+	// lowercase, e.g. "0000:07:00.0".
+	PCIBusID string `json:"pciBusID"`
+	// NUMANode is the NUMA node closest to the GPU, or NoNUMANode.
+	NUMANode int `json:"numaNode"`
+	// ComputeMode is "Default", "ExclusiveProcess", "Prohibited" or Unknown.
+	ComputeMode string `json:"computeMode"`
+	// MIGCapable reports whether the GPU supports MIG.
+	MIGCapable bool `json:"migCapable"`
+	// MIGEnabled reports whether MIG mode is currently enabled.
+	MIGEnabled bool `json:"migEnabled"`
+	// MIGDevices are the GPU's MIG devices (only when MIGEnabled), ordered
+	// by GPU instance ID, then compute instance ID.
+	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+}
+
+// MIGDevice is one MIG device: a compute instance inside a GPU instance.
+type MIGDevice struct {
+	// ParentIndex and ParentUUID identify the physical GPU.
+	ParentIndex int    `json:"parentIndex"`
+	ParentUUID  string `json:"parentUUID"`
+	// Index is the MIG device's position among its parent's MIG devices.
+	Index int `json:"index"`
+	// GPUInstanceID and ComputeInstanceID are the NVML GI and CI IDs.
+	GPUInstanceID     int `json:"gpuInstanceID"`
+	ComputeInstanceID int `json:"computeInstanceID"`
+	// UUID is the MIG device UUID, e.g. "MIG-1a2b...".
+	UUID string `json:"uuid"`
+	// Profile is the canonical profile name, e.g. "1g.10gb" or "1g.18gb+me".
+	Profile string `json:"profile"`
+	// MemoryMiB is the MIG device's memory in MiB.
+	MemoryMiB uint64 `json:"memoryMiB"`
+	// Multiprocessors is the number of SMs of the compute instance.
+	Multiprocessors int `json:"multiprocessors"`
+	// GISlices and CISlices are the GPU-instance and compute-instance slice counts.
+	GISlices int `json:"giSlices"`
+	CISlices int `json:"ciSlices"`
+	// Engines counts the media and copy engines of the GPU instance.
+	Engines Engines `json:"engines"`
+}
+
+// Engines counts the engines of a GPU instance, as the GPU instance profile
+// reports them.
+type Engines struct {
+	Copy    int `json:"copy"`
+	Decoder int `json:"decoder"`
+	Encoder int `json:"encoder"`
+	JPEG    int `json:"jpeg"`
+	OFA     int `json:"ofa"`
+}
+
+// GPUByUUID returns the GPU with the given UUID.
+func (inv *Inventory) GPUByUUID(uuid string) (*GPU, bool) {
+	for i := range inv.GPUs {
+		if inv.GPUs[i].UUID == uuid {
+			return &inv.GPUs[i], true
+		}
+	}
+	return nil, false
+}
+
+// MIGDeviceCount returns the number of MIG devices on the node.
+func (inv *Inventory) MIGDeviceCount() int {
+	n := 0
+	for _, g := range inv.GPUs {
+		n += len(g.MIGDevices)
+	}
+	return n
+}
+
+// LinkMatrix holds, for every ordered pair of GPUs (by index), how they are
+// connected. Links[i][j] is the link from GPU i to GPU j; the diagonal is
+// unused. It is computed once per discovery and read by allocation.
+type LinkMatrix [][]Link
+
+// Link describes the connection between two GPUs.
+type Link struct {
+	// NVLinks is the number of NVLink lanes that connect the two GPUs.
+	NVLinks int `json:"nvlinks,omitempty"`
+	// PCIe is the closest common PCIe ancestor.
+	PCIe PCIeLevel `json:"pcie,omitempty"`
+}
+
+// PCIeLevel is NVML's GPU topology level, with nvidia-smi's names.
+type PCIeLevel string
+
+// PCIe topology levels, nearest first, as nvidia-smi topo -m names them.
+const (
+	PCIeUnknown    PCIeLevel = ""
+	PCIeInternal   PCIeLevel = "SAME" // same board (multi-GPU boards)
+	PCIeSingle     PCIeLevel = "PIX"  // at most one PCIe bridge
+	PCIeMultiple   PCIeLevel = "PXB"  // several PCIe bridges, no host bridge
+	PCIeHostBridge PCIeLevel = "PHB"  // a PCIe host bridge
+	PCIeNode       PCIeLevel = "NODE" // host bridges within one NUMA node
+	PCIeSystem     PCIeLevel = "SYS"  // across NUMA nodes (SMP interconnect)
+)
+
+// Score rates a link for allocation: higher is better. NVLink lanes dominate;
+// among PCIe paths, nearer levels score higher.
+func (l Link) Score() int {
+	score := l.NVLinks * 100
+	switch l.PCIe {
+	case PCIeInternal:
+		score += 60
+	case PCIeSingle:
+		score += 50
+	case PCIeMultiple:
+		score += 40
+	case PCIeHostBridge:
+		score += 30
+	case PCIeNode:
+		score += 20
+	case PCIeSystem:
+		score += 10
+	}
+	return score
+}
+
+// String formats a link as nvidia-smi topo -m does: "NV12" or "PXB".
+func (l Link) String() string {
+	if l.NVLinks > 0 {
+		return fmt.Sprintf("NV%d", l.NVLinks)
+	}
+	if l.PCIe == PCIeUnknown {
+		return "X"
+	}
+	return string(l.PCIe)
+}
+
+// Score returns the link score between GPU indexes a and b, or 0 when the
+// matrix does not cover them.
+func (m LinkMatrix) Score(a, b int) int {
+	if a < 0 || b < 0 || a >= len(m) || b >= len(m[a]) || a == b {
+		return 0
+	}
+	return m[a][b].Score()
+}

@@ -1,0 +1,131 @@
+package rules
+
+import "github.com/featureplug/featureplug/discovery"
+
+// DeviceKind is what a rule can claim.
+type DeviceKind string
+
+// Device kinds.
+const (
+	// DeviceGPU is a whole GPU whose MIG mode is disabled.
+	DeviceGPU DeviceKind = "gpu"
+	// DeviceMIG is a MIG device.
+	DeviceMIG DeviceKind = "mig"
+)
+
+// SharingStrategy says how one device is shared between containers.
+type SharingStrategy string
+
+// Sharing strategies.
+const (
+	SharingNone        SharingStrategy = "none"
+	SharingTimeSlicing SharingStrategy = "time-slicing"
+	SharingMPS         SharingStrategy = "mps"
+)
+
+// Sharing is how a resource's devices are shared.
+type Sharing struct {
+	// Strategy is none, time-slicing or mps. The zero value means none.
+	Strategy SharingStrategy `json:"strategy,omitempty"`
+	// Replicas is how many containers may share one device (>= 1).
+	Replicas int `json:"replicas,omitempty"`
+	// FailRequestsGreaterThanOne rejects requests for more than one replica.
+	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
+	// MPS holds the per-replica limits when Strategy is mps.
+	MPS *MPSLimits `json:"mps,omitempty"`
+}
+
+// MPSLimits are the per-replica MPS limits of a resource.
+type MPSLimits struct {
+	// PinnedMemoryLimitMiB is each client's device memory limit in MiB
+	// (default: the GPU's memory divided by the replicas).
+	PinnedMemoryLimitMiB uint64 `json:"pinnedMemoryLimitMiB,omitempty"`
+	// ActiveThreadPercentage is each client's share of the SMs
+	// (default: 100 divided by the replicas).
+	ActiveThreadPercentage int `json:"activeThreadPercentage,omitempty"`
+}
+
+// Plan is what the rules decided for one Inventory: the resources to serve
+// and, for every device, why it went where it went. Plans are plain values
+// the plugin manager diffs; they never change after they are made.
+type Plan struct {
+	// Resources are ordered by name.
+	Resources []Resource `json:"resources"`
+	// Decisions explain every device of the Inventory, in inventory order
+	// (GPU, then its MIG devices).
+	Decisions []Decision `json:"decisions"`
+	// Links is the GPU link matrix of the Inventory, indexed by GPU index,
+	// for topology-aware allocation.
+	Links discovery.LinkMatrix `json:"links,omitempty"`
+}
+
+// Resource is one extended resource and the devices that back it.
+type Resource struct {
+	// Name is the extended resource name, e.g. "nvidia.com/gpu".
+	Name string `json:"name"`
+	// Sharing is how its devices are shared.
+	Sharing Sharing `json:"sharing"`
+	// Devices are ordered by GPU index, then MIG index.
+	Devices []Device `json:"devices"`
+}
+
+// Device is one physical or MIG device claimed by a resource.
+type Device struct {
+	// ID is the device ID advertised to the kubelet: the GPU or MIG UUID.
+	ID string `json:"id"`
+	// Kind is gpu or mig.
+	Kind DeviceKind `json:"kind"`
+	// GPUUUID is the physical GPU whose health affects the device.
+	GPUUUID string `json:"gpuUUID"`
+	// GPUIndex is the index of that physical GPU (for the link matrix).
+	GPUIndex int `json:"gpuIndex"`
+	// Index is the device's index as NVIDIA_VISIBLE_DEVICES takes it:
+	// "3" for a GPU, "3:1" for MIG device 1 of GPU 3.
+	Index string `json:"index"`
+	// NUMANode is the NUMA node of the physical GPU, or discovery.NoNUMANode.
+	NUMANode int `json:"numaNode"`
+	// Profile is the MIG profile for a MIG device.
+	Profile string `json:"profile,omitempty"`
+	// MemoryMiB is the device memory.
+	MemoryMiB uint64 `json:"memoryMiB"`
+	// Rule is the name of the rule that claimed the device.
+	Rule string `json:"rule"`
+}
+
+// Decision explains what happened to one device.
+type Decision struct {
+	// Device is the device ID (GPU or MIG UUID).
+	Device string `json:"device"`
+	// Kind is gpu or mig.
+	Kind DeviceKind `json:"kind"`
+	// Description is a short human name, e.g. "GPU 0 NVIDIA A100-SXM4-40GB"
+	// or "GPU 0 MIG 1 (3g.20gb)".
+	Description string `json:"description"`
+	// Resource is the resource the device went to, empty when none.
+	Resource string `json:"resource,omitempty"`
+	// Rule is the claiming rule, empty when none.
+	Rule string `json:"rule,omitempty"`
+	// Sharing is the claiming rule's sharing, when claimed.
+	Sharing *Sharing `json:"sharing,omitempty"`
+	// Skipped explains, for each earlier rule, why it did not claim the device.
+	Skipped []RuleMiss `json:"skipped,omitempty"`
+}
+
+// RuleMiss is why one rule did not claim a device.
+type RuleMiss struct {
+	// Rule is the rule name.
+	Rule string `json:"rule"`
+	// Reason is a one-line explanation, e.g. "devices: mig (device is a gpu)"
+	// or "nvidia.gpu.product: InRegexp [^NVIDIA H100] did not match \"NVIDIA A100-SXM4-40GB\"".
+	Reason string `json:"reason"`
+}
+
+// Resource returns the resource with the given name.
+func (p *Plan) Resource(name string) (*Resource, bool) {
+	for i := range p.Resources {
+		if p.Resources[i].Name == name {
+			return &p.Resources[i], true
+		}
+	}
+	return nil, false
+}
