@@ -11,6 +11,8 @@ const (
 	EventXID HealthEventKind = "xid"
 	// EventECCDoubleBit is an uncorrectable (double-bit) ECC error.
 	EventECCDoubleBit HealthEventKind = "ecc-double-bit"
+	// EventGPULost means NVML lost contact with the GPU.
+	EventGPULost HealthEventKind = "gpu-lost"
 )
 
 // HealthEvent is one critical event on a GPU or on one MIG device. It always
