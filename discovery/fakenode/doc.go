@@ -1,0 +1,91 @@
+// Package fakenode builds a fake GPU node from a YAML description: an
+// nvml.Interface that answers as the described hardware would, so that
+// discovery, go-nvlib and the health watcher run their real code paths
+// without a GPU.
+//
+// # File format
+//
+//	name: dgx-a100              # node name (DNS subdomain); seeds the UUIDs
+//	driverVersion: "570.86.15"  # SystemGetDriverVersion
+//	cudaVersion: "12.8"         # SystemGetCudaDriverVersion -> 12080; quote it
+//	gpus:                       # GPU indexes follow the order of the entries
+//	  - product: A100-SXM4-40GB # a catalog key (see below)
+//	    count: 4                # optional, default 1: repeats the entry
+//	    numa: 0                 # optional, default 0; -1: NVML reports none
+//	    mig:                    # optional; the key (even "mig: []") enables MIG mode
+//	      - profile: 3g.20gb    # a GPU instance profile of the product
+//	      - profile: 2g.10gb
+//	        placement: 4        # optional start memory slice; default: chosen so the layout fits
+//	      - profile: 1g.5gb
+//	        count: 2            # optional, default 1
+//	        computeInstances: [1] # optional compute instance sizes in slices; default one that fills it
+//	  - product: A100-SXM4-40GB
+//	    count: 4
+//	    numa: 1
+//	nvlink:                     # optional NVLink groups
+//	  - gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+//	    links: 12               # lanes between every pair of the group
+//	    nvswitch: true          # through NVSwitches: each GPU spends 12 lanes in all
+//	pcie:                       # optional PCIe groups nearer than the NUMA default
+//	  - gpus: [0, 1]
+//	    level: PIX              # PIX, PXB, PHB, NODE or SYS
+//
+// Unknown fields, values of the wrong type, unknown products or profiles, MIG
+// layouts the GPU cannot hold (more instances than a profile allows, more
+// than 7 compute slices, or no free placement) and bad GPU indexes in groups
+// are errors naming the file, the field path and the value, e.g.
+//
+//	dgx.yaml: gpus[0].mig[1].profile: "2g.99gb" is not a MIG profile of A100-SXM4-40GB (have 1g.5gb, ...)
+//
+// Without an nvlink group, GPUs have no NVLink lanes connected. A direct
+// group (nvswitch false) spends links lanes per peer, so it must fit the
+// product's lanes (12 on A100, 18 on H100/H200); DGX-like full meshes use
+// nvswitch: true. Without a pcie group, two GPUs on the same NUMA node share
+// a NODE ancestor, others SYS.
+//
+// # Catalog
+//
+// A100-SXM4-40GB, A100-SXM4-80GB, H100-80GB-HBM3 and H200-141GB (MIG capable,
+// NVLink) and L4 (PCIe only, no MIG), with the MIG profiles, instance limits,
+// placements, memory sizes, SM and engine counts of NVIDIA's MIG user guide
+// and real `nvidia-smi mig -lgip` listings. Memory sizes are those go-nvlib
+// needs to derive the canonical profile names (1g.5gb ... 7g.40gb on an A100
+// 40GB, 1g.18gb ... 7g.141gb on an H200).
+//
+// # What the NVML answers
+//
+// UUIDs (GPU-..., MIG-...) are derived from the node name, GPU index and GPU
+// and compute instance IDs, and PCI bus IDs from the GPU index, so loading
+// the same file again gives the same devices. GPU instance IDs follow from
+// the placement (the whole GPU is 0, the eighth slices 7-14), compute
+// instance IDs count from 0 in each GPU instance, and MIG device indexes
+// follow GPU instance then compute instance ID.
+//
+// The fake implements identity, memory, PCI, NUMA, compute mode, MIG mode and
+// MIG management (GPU and compute instance profiles, placements, creation
+// with capacity enforced, destruction), MIG device handles and attributes,
+// topology and NVLink (lanes to peer GPUs or to NVSwitches), and events
+// (EventSetCreate, RegisterEvents, EventSet.Wait and Free). Every other method
+// of nvml.Interface, nvml.Device, nvml.GpuInstance, nvml.ComputeInstance and
+// nvml.EventSet returns ERROR_NOT_SUPPORTED with zero values. The library's
+// handle-first functions (DeviceGetName(device), GpuInstanceGetInfo(gi),
+// EventSetWait(set, timeout), ...) call the handle's method, as the real
+// library does.
+//
+// The versioned-struct getters that return go-nvml handler values
+// (GetGpuInstanceProfileInfoV, GetComputeInstanceProfileInfoV, ...) return
+// zero handlers: their V1/V2/V3 methods call the real NVML library and must
+// not be used with the fake. Use GetGpuInstanceProfileInfo and
+// GetComputeInstanceProfileInfo, as go-nvlib does.
+//
+// Init and Shutdown always succeed and calls made without Init work: the
+// fake keeps no library state.
+//
+// # Events
+//
+// Node.InjectXID, InjectMIGXID and InjectECCDoubleBit queue an event on every
+// event set registered for that type on the GPU. The event comes from the
+// physical GPU's handle, with GpuInstanceId and ComputeInstanceId naming the
+// MIG device, or 0xFFFFFFFF when it names none. An injection no event set
+// receives fails with ErrNoListener.
+package fakenode

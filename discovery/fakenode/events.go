@@ -1,0 +1,177 @@
+package fakenode
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+)
+
+// ErrNoListener is returned (wrapped) by the Inject methods when no event
+// set is registered for that event on that GPU, so the event is lost, as it
+// would be on real hardware. A test that starts a watcher can retry until
+// the injection no longer fails with it.
+var ErrNoListener = errors.New("no NVML event set is registered for this event")
+
+// eventSet is an nvml.EventSet: a queue of events waiting for Wait.
+type eventSet struct {
+	*mock.EventSet
+	node *Node
+
+	mu     sync.Mutex
+	queue  []nvml.EventData
+	freed  bool
+	notify chan struct{} // signalled (non-blocking) when an event arrives
+	done   chan struct{} // closed by Free
+}
+
+var _ nvml.EventSet = (*eventSet)(nil)
+
+func newEventSet(n *Node) *eventSet {
+	s := &eventSet{EventSet: &mock.EventSet{}, node: n, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	n.stubs.fill(s.EventSet)
+	return s
+}
+
+// Wait returns the next event, waiting up to timeoutms milliseconds for one
+// (ERROR_TIMEOUT when none came). After Free it returns ERROR_UNINITIALIZED.
+func (s *eventSet) Wait(timeoutms uint32) (nvml.EventData, nvml.Return) {
+	var timer <-chan time.Time
+	for {
+		s.mu.Lock()
+		if s.freed {
+			s.mu.Unlock()
+			return nvml.EventData{}, nvml.ERROR_UNINITIALIZED
+		}
+		if len(s.queue) > 0 {
+			ev := s.queue[0]
+			s.queue = s.queue[1:]
+			s.mu.Unlock()
+			return ev, nvml.SUCCESS
+		}
+		s.mu.Unlock()
+		if timeoutms == 0 {
+			return nvml.EventData{}, nvml.ERROR_TIMEOUT
+		}
+		if timer == nil {
+			t := time.NewTimer(time.Duration(timeoutms) * time.Millisecond)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-s.notify:
+		case <-s.done:
+		case <-timer:
+			return nvml.EventData{}, nvml.ERROR_TIMEOUT
+		}
+	}
+}
+
+// Free releases the set; a Wait in progress returns. Freeing twice is
+// ERROR_UNINITIALIZED.
+func (s *eventSet) Free() nvml.Return {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.freed {
+		return nvml.ERROR_UNINITIALIZED
+	}
+	s.freed = true
+	s.queue = nil
+	close(s.done)
+	return nvml.SUCCESS
+}
+
+func (s *eventSet) isFreed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.freed
+}
+
+// push queues an event; false when the set was freed.
+func (s *eventSet) push(ev nvml.EventData) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.freed {
+		return false
+	}
+	s.queue = append(s.queue, ev)
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// InjectXID raises a critical XID error on GPU gpuIndex, naming no MIG
+// device. Every event set registered for EventTypeXidCriticalError on that
+// GPU receives it; ErrNoListener when there is none.
+func (n *Node) InjectXID(gpuIndex int, xid uint64) error {
+	g, err := n.gpuAt(gpuIndex)
+	if err != nil {
+		return err
+	}
+	return n.deliver(g, nvml.EventTypeXidCriticalError, xid, noInstance, noInstance)
+}
+
+// InjectMIGXID raises a critical XID error on the MIG device of compute
+// instance computeInstanceID in GPU instance gpuInstanceID of GPU gpuIndex.
+// The event comes from the parent GPU's handle with the instance IDs set,
+// as NVML reports it.
+func (n *Node) InjectMIGXID(gpuIndex, gpuInstanceID, computeInstanceID int, xid uint64) error {
+	g, err := n.gpuAt(gpuIndex)
+	if err != nil {
+		return err
+	}
+	if !n.hasComputeInstance(g, gpuInstanceID, computeInstanceID) {
+		return fmt.Errorf("fake node %s: GPU %d has no MIG device with GPU instance %d and compute instance %d",
+			n.Name(), gpuIndex, gpuInstanceID, computeInstanceID)
+	}
+	return n.deliver(g, nvml.EventTypeXidCriticalError, xid, uint32(gpuInstanceID), uint32(computeInstanceID))
+}
+
+// InjectECCDoubleBit raises an uncorrectable (double-bit) ECC error on GPU
+// gpuIndex.
+func (n *Node) InjectECCDoubleBit(gpuIndex int) error {
+	g, err := n.gpuAt(gpuIndex)
+	if err != nil {
+		return err
+	}
+	return n.deliver(g, nvml.EventTypeDoubleBitEccError, 0, noInstance, noInstance)
+}
+
+func (n *Node) hasComputeInstance(g *gpu, giID, ciID int) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	for _, ci := range g.computeInstancesLocked() {
+		if int(ci.gi.id) == giID && int(ci.id) == ciID {
+			return true
+		}
+	}
+	return false
+}
+
+// deliver queues an event on every set registered for its type on g,
+// forgetting sets that were freed.
+func (n *Node) deliver(g *gpu, eventType, data uint64, gi, ci uint32) error {
+	ev := nvml.EventData{Device: g.handle, EventType: eventType, EventData: data, GpuInstanceId: gi, ComputeInstanceId: ci}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delivered := 0
+	for s, mask := range g.events {
+		if mask&eventType == 0 {
+			continue
+		}
+		if !s.push(ev) {
+			delete(g.events, s)
+			continue
+		}
+		delivered++
+	}
+	if delivered == 0 {
+		return fmt.Errorf("fake node %s, GPU %d: %w", n.Name(), g.index, ErrNoListener)
+	}
+	return nil
+}

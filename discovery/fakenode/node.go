@@ -1,0 +1,234 @@
+package fakenode
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// bundled holds the named nodes shipped with the binary.
+//
+//go:embed nodes/*.yaml
+var bundled embed.FS
+
+// bundledDir is the folder of the bundled nodes inside the embedded FS.
+const bundledDir = "nodes"
+
+// Node is a fake GPU node built from a YAML description. Its NVML() is an
+// nvml.Interface that answers as the described hardware would; its Inject
+// methods raise health events through the NVML event API.
+type Node struct {
+	spec Spec
+	// path is the file the node was loaded from; empty for bundled nodes
+	// and Parse.
+	path string
+	// bundledName is the name of a bundled node; empty otherwise.
+	bundledName string
+	lib         *library
+	stubs       *stubs
+	gpus        []*gpu
+
+	// mu guards the mutable state below and in gpus: MIG mode, GPU and
+	// compute instances, event registrations.
+	mu sync.RWMutex
+}
+
+// Parse builds a node from YAML. source names the data in errors (usually
+// the file name).
+func Parse(source string, data []byte) (*Node, error) {
+	spec, err := decodeSpec(source, data)
+	if err != nil {
+		return nil, err
+	}
+	l, err := validate(source, spec, newCatalog())
+	if err != nil {
+		return nil, err
+	}
+	n, err := build(spec, l)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return n, nil
+}
+
+// Load builds a node from a YAML file. Loading the same file again gives a
+// node with the same UUIDs and bus IDs, so an agent that sees the file
+// change can simply Load it again.
+func Load(path string) (*Node, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading fake node file: %w", err)
+	}
+	n, err := Parse(path, data)
+	if err != nil {
+		return nil, err
+	}
+	n.path = path
+	return n, nil
+}
+
+// Named builds one of the bundled nodes (see BundledNames).
+func Named(name string) (*Node, error) {
+	file := path.Join(bundledDir, name+".yaml")
+	data, err := bundled.ReadFile(file)
+	if err != nil || name == "" || strings.ContainsAny(name, `/\`) {
+		return nil, fmt.Errorf("%q is not a bundled fake node (have %s)", name, strings.Join(BundledNames(), ", "))
+	}
+	n, err := Parse(file, data)
+	if err != nil {
+		return nil, err
+	}
+	n.bundledName = name
+	return n, nil
+}
+
+// Open builds the bundled node named nameOrPath if there is one, else loads
+// nameOrPath as a file.
+func Open(nameOrPath string) (*Node, error) {
+	if slices.Contains(BundledNames(), nameOrPath) {
+		return Named(nameOrPath)
+	}
+	n, err := Load(nameOrPath)
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("fake node %q is neither a bundled node (%s) nor a file: %w", nameOrPath, strings.Join(BundledNames(), ", "), err)
+	}
+	return n, err
+}
+
+// BundledNames lists the bundled nodes, sorted.
+func BundledNames() []string {
+	entries, err := bundled.ReadDir(bundledDir)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), ".yaml"); ok && !e.IsDir() {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Name returns the node name from the YAML.
+func (n *Node) Name() string { return n.spec.Name }
+
+// Path returns the file the node was loaded from, or "" for a bundled node
+// or one built by Parse. An agent can watch it and Load it again on change.
+func (n *Node) Path() string { return n.path }
+
+// Reload builds the node again from where it came from (the file or the
+// bundled node), returning a fresh node with the file's current content.
+func (n *Node) Reload() (*Node, error) {
+	switch {
+	case n.path != "":
+		return Load(n.path)
+	case n.bundledName != "":
+		return Named(n.bundledName)
+	}
+	return nil, errors.New("fake node " + n.Name() + " was parsed from memory and cannot be reloaded")
+}
+
+// Spec returns the description the node was built from.
+func (n *Node) Spec() Spec { return n.spec }
+
+// NVML returns the node's NVML. It is safe for concurrent use and always
+// the same value for one node.
+func (n *Node) NVML() nvml.Interface { return n.lib }
+
+// gpu is one physical GPU of a node.
+type gpu struct {
+	node    *Node
+	index   int
+	product *product
+	uuid    string
+	addr    pciAddress
+	numa    int // -1: not reported
+	handle  *gpuHandle
+	// lanes are the GPU's NVLink lanes, len(lanes) == product.nvlinkLanes.
+	lanes []lane
+	// topology is the common PCIe ancestor with every other GPU, by index.
+	topology []nvml.GpuTopologyLevel
+
+	// Guarded by node.mu:
+	migEnabled bool
+	gis        []*gpuInstance // sorted by ID
+	events     map[*eventSet]uint64
+}
+
+// lane is one NVLink lane of a GPU.
+type lane struct {
+	enabled    bool
+	remote     nvml.PciInfo
+	remoteType nvml.IntNvLinkDeviceType
+}
+
+// build creates the node's devices from a spec and its validated layout.
+func build(spec *Spec, l *layout) (*Node, error) {
+	n := &Node{spec: *spec, stubs: newStubs()}
+	n.lib = newLibrary(n, l)
+	for i, gl := range l.gpus {
+		g := &gpu{
+			node: n, index: i, product: gl.product, uuid: gpuUUID(l.name, i),
+			addr: gpuAddress(i), numa: gl.numa, migEnabled: gl.migEnabled,
+			events: map[*eventSet]uint64{},
+		}
+		g.handle = newGPUHandle(g)
+		n.gpus = append(n.gpus, g)
+	}
+	for i, gl := range l.gpus {
+		g := n.gpus[i]
+		for _, gil := range gl.gis {
+			gi, ret := g.createGPUInstance(gil.profile, gil.start)
+			if ret != nvml.SUCCESS {
+				return nil, fmt.Errorf("GPU %d: creating %s at memory slice %d: %s", i, gil.profile.name, gil.start, ret.Error())
+			}
+			for _, c := range gil.cis {
+				if _, ret := gi.createComputeInstance(c); ret != nvml.SUCCESS {
+					return nil, fmt.Errorf("GPU %d: creating a %d-slice compute instance in %s: %s", i, c, gil.profile.name, ret.Error())
+				}
+			}
+		}
+	}
+	wireNVLink(n.gpus, l.nvlink)
+	wirePCIe(n.gpus, l.pcie)
+	return n, nil
+}
+
+// gpuAt returns the GPU with the given index.
+func (n *Node) gpuAt(index int) (*gpu, error) {
+	if index < 0 || index >= len(n.gpus) {
+		return nil, fmt.Errorf("fake node %s has no GPU %d (it has %d)", n.Name(), index, len(n.gpus))
+	}
+	return n.gpus[index], nil
+}
+
+// gpuOf resolves a device handle passed to NVML (ours, or one wrapped by
+// go-nvlib) to a GPU of this node.
+func (n *Node) gpuOf(d nvml.Device) (*gpu, bool) {
+	if d == nil {
+		return nil, false
+	}
+	if h, ok := d.(*gpuHandle); ok && h.gpu.node == n {
+		return h.gpu, true
+	}
+	uuid, ret := d.GetUUID()
+	if ret != nvml.SUCCESS {
+		return nil, false
+	}
+	for _, g := range n.gpus {
+		if g.uuid == uuid {
+			return g, true
+		}
+	}
+	return nil, false
+}
