@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/featureplug/featureplug/discovery"
+)
+
+// discoverOutput is what `featureplug discover -o yaml|json` prints.
+type discoverOutput struct {
+	Inventory *discovery.Inventory  `json:"inventory"`
+	Features  *nfdv1alpha1.Features `json:"features"`
+}
+
+func newDiscoverCommand() *cobra.Command {
+	var src sourceFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "discover",
+		Short: "Discover the node's GPUs and print them with their NFD features",
+		Long: `Discover reads the node's GPUs through NVML (or a fake node) and prints the
+Inventory (GPUs, MIG devices, links) and the NFD features derived from it,
+exactly as the agent publishes them.`,
+		Example: `  featureplug discover --fake-node dgx-a100
+  featureplug discover -o yaml
+  featureplug discover --driver-root /run/nvidia/driver -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output, "table", "yaml", "json"); err != nil {
+				return err
+			}
+			inv, err := discoverInventory(cmd.Context(), src)
+			if err != nil {
+				return err
+			}
+			return printDiscovery(cmd.OutOrStdout(), output, inv)
+		},
+	}
+	src.addFlags(cmd.Flags())
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
+	return cmd
+}
+
+// checkOutput validates an --output value.
+func checkOutput(value string, allowed ...string) error {
+	if slices.Contains(allowed, value) {
+		return nil
+	}
+	return fmt.Errorf("--output: %q is not a known format (use %s)", value, strings.Join(allowed, ", "))
+}
+
+func printDiscovery(w io.Writer, format string, inv *discovery.Inventory) error {
+	out := discoverOutput{Inventory: inv, Features: discovery.Features(inv)}
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	case "yaml":
+		data, err := yaml.Marshal(out)
+		if err != nil {
+			return fmt.Errorf("encoding YAML: %w", err)
+		}
+		_, err = w.Write(data)
+		return err
+	default:
+		return printInventoryTable(w, inv, out.Features)
+	}
+}
+
+func printInventoryTable(w io.Writer, inv *discovery.Inventory, f *nfdv1alpha1.Features) error {
+	fmt.Fprintf(w, "Driver %s, CUDA %s, NVML %s: %d GPUs, %d MIG devices\n\n",
+		inv.DriverVersion, inv.CUDADriverVersion, inv.NVMLVersion, len(inv.GPUs), inv.MIGDeviceCount())
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tPRODUCT\tMEMORY\tARCH\tCC\tNUMA\tPCI\tMIG\tUUID")
+	for _, g := range inv.GPUs {
+		mig := "not capable"
+		switch {
+		case g.MIGEnabled:
+			mig = fmt.Sprintf("enabled, %d devices", len(g.MIGDevices))
+		case g.MIGCapable:
+			mig = "disabled"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d MiB\t%s\t%d.%d\t%s\t%s\t%s\t%s\n", g.Index, g.Product, g.MemoryMiB,
+			g.Architecture, g.ComputeMajor, g.ComputeMinor, numaString(g.NUMANode), g.PCIBusID, mig, g.UUID)
+		for _, m := range g.MIGDevices {
+			fmt.Fprintf(tw, "  %d:%d\t%s (GI %d, CI %d)\t%d MiB\t%d SMs\t\t\t\t\t%s\n", g.Index, m.Index,
+				m.Profile, m.GPUInstanceID, m.ComputeInstanceID, m.MemoryMiB, m.Multiprocessors, m.UUID)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(inv.Links) > 1 {
+		fmt.Fprintln(w, "\nLinks:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		header := []string{""}
+		for i := range inv.Links {
+			header = append(header, fmt.Sprintf("GPU%d", i))
+		}
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+		for i, row := range inv.Links {
+			cells := []string{fmt.Sprintf("GPU%d", i)}
+			for j, l := range row {
+				if i == j {
+					cells = append(cells, "X")
+				} else {
+					cells = append(cells, l.String())
+				}
+			}
+			fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(w, "\nFeatures:")
+	printFeatures(w, f)
+	return nil
+}
+
+func printFeatures(w io.Writer, f *nfdv1alpha1.Features) {
+	for _, name := range sortedKeys(f.Flags) {
+		fmt.Fprintf(w, "  %s: %s\n", name, strings.Join(sortedKeys(f.Flags[name].Elements), ", "))
+	}
+	for _, name := range sortedKeys(f.Attributes) {
+		attrs := f.Attributes[name].Elements
+		parts := make([]string, 0, len(attrs))
+		for _, k := range sortedKeys(attrs) {
+			parts = append(parts, k+"="+attrs[k])
+		}
+		fmt.Fprintf(w, "  %s: %s\n", name, strings.Join(parts, " "))
+	}
+	for _, name := range sortedKeys(f.Instances) {
+		fmt.Fprintf(w, "  %s: %d instances\n", name, len(f.Instances[name].Elements))
+	}
+}
+
+func numaString(n int) string {
+	if n == discovery.NoNUMANode {
+		return "-"
+	}
+	return fmt.Sprint(n)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
