@@ -301,7 +301,11 @@ func place(reqs []giRequest) ([]int, error) {
 		}
 		mask := slotMask(r.start, r.profile.size)
 		if used&mask != 0 {
-			return nil, &placementError{req: r, problem: fmt.Sprintf("%s at memory slice %d overlaps another GPU instance with a fixed placement", r.profile.name, r.start)}
+			o := reqs[slices.IndexFunc(reqs[:k], func(o giRequest) bool {
+				return o.start >= 0 && slotMask(o.start, o.profile.size)&mask != 0
+			})]
+			return nil, &placementError{req: r, problem: fmt.Sprintf("%s at memory slice %d overlaps %s at memory slice %d (mig[%d])",
+				r.profile.name, r.start, o.profile.name, o.start, o.entry)}
 		}
 		used |= mask
 		starts[k] = r.start
@@ -379,11 +383,11 @@ func (v *validator) nvlink(groups []NVLinkSpec, gpus []gpuLayout) {
 		for k, idx := range g.GPUs {
 			p := gpus[idx].product
 			if p.nvlinkLanes == 0 {
-				v.fail(fmt.Sprintf("%s.gpus[%d]", path, k), "GPU %d is a %s, which has no NVLink", idx, p.key)
+				v.fail(fmt.Sprintf("%s.gpus[%d]", path, k), "GPU %d (%s) has no NVLink", idx, p.key)
 				continue
 			}
 			if g.NVSwitch && p != gpus[g.GPUs[0]].product {
-				v.fail(fmt.Sprintf("%s.gpus[%d]", path, k), "GPU %d is a %s; an NVSwitch group needs one product (GPU %d is a %s)", idx, p.key, g.GPUs[0], gpus[g.GPUs[0]].product.key)
+				v.fail(fmt.Sprintf("%s.gpus[%d]", path, k), "GPU %d (%s) differs from GPU %d (%s); an NVSwitch group needs one product", idx, p.key, g.GPUs[0], gpus[g.GPUs[0]].product.key)
 				continue
 			}
 			need := g.Links
@@ -397,6 +401,7 @@ func (v *validator) nvlink(groups []NVLinkSpec, gpus []gpuLayout) {
 					hint = "; set nvswitch: true for GPUs connected through NVSwitches"
 				}
 				v.fail(path, "GPU %d (%s) would need %d NVLink lanes, it has %d%s", idx, p.key, lanes[idx], p.nvlinkLanes, hint)
+				break
 			}
 		}
 	}

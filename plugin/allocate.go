@@ -1,0 +1,190 @@
+package plugin
+
+import (
+	"crypto/rand"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/featureplug/featureplug/rules"
+)
+
+// Names the container runtime and CUDA read.
+const (
+	// EnvVisibleDevices lists the devices for the NVIDIA container runtime.
+	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	// VolumeMountRoot is where the volume-mounts strategy lists devices.
+	VolumeMountRoot = "/var/run/nvidia-container-devices"
+	// volumeMountHostPath is the host side of every device-list mount.
+	volumeMountHostPath = "/dev/null"
+	// EnvMPSPipeDirectory points MPS clients at the control daemon.
+	EnvMPSPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
+	// EnvMPSActiveThreadPercentage limits a client's share of the SMs.
+	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	// EnvMPSPinnedDeviceMemLimit limits a client's device memory, as a
+	// comma-separated list of <device ordinal>=<limit> (NVIDIA's MPS
+	// documentation: e.g. "0=1G,1=512MB").
+	EnvMPSPinnedDeviceMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// cdiAnnotationPlugin is the plugin part of CDI annotation keys.
+	cdiAnnotationPlugin = "featureplug"
+)
+
+// allocation is the physical side of one container request.
+type allocation struct {
+	// phys are the positions of the physical devices, in plan order.
+	phys []int
+	// count[i] is the number of logical devices (replicas) taken on
+	// phys[i].
+	count []int
+}
+
+// resolve maps a container request's device IDs to physical devices,
+// rejecting unknown IDs and requests that break failRequestsGreaterThanOne.
+func (ds *deviceSet) resolve(ids []string) (allocation, error) {
+	name := ds.resource.Name
+	if len(ids) == 0 {
+		return allocation{}, status.Errorf(codes.InvalidArgument, "resource %s: container request names no devices", name)
+	}
+	var unknown []string
+	perPhys := make(map[int]int, len(ids))
+	seen := make(map[int]bool, len(ids))
+	for _, id := range ids {
+		i, ok := ds.byID[id]
+		if !ok {
+			unknown = append(unknown, id)
+			continue
+		}
+		if seen[i] {
+			continue
+		}
+		seen[i] = true
+		perPhys[ds.logical[i].phys]++
+	}
+	if len(unknown) > 0 {
+		return allocation{}, status.Errorf(codes.InvalidArgument, "resource %s: unknown device IDs %q", name, unknown)
+	}
+	if ds.replicas > 1 && ds.resource.Sharing.FailRequestsGreaterThanOne && len(seen) > 1 {
+		return allocation{}, status.Errorf(codes.InvalidArgument,
+			"resource %s: request for %d shared devices %q, but the resource allows one per container (failRequestsGreaterThanOne)", name, len(seen), ids)
+	}
+	var a allocation
+	for p := range ds.physical {
+		if n := perPhys[p]; n > 0 {
+			a.phys = append(a.phys, p)
+			a.count = append(a.count, n)
+		}
+	}
+	return a, nil
+}
+
+// containerResponse builds the Allocate answer for one container.
+func (ds *deviceSet) containerResponse(ids []string, o *Options) (*pluginapi.ContainerAllocateResponse, error) {
+	a, err := ds.resolve(ids)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(a.phys))
+	for i, p := range a.phys {
+		d := &ds.physical[p]
+		if o.DeviceIDStrategy == DeviceIDIndex {
+			names[i] = d.Index
+		} else {
+			names[i] = d.ID
+		}
+	}
+	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+	if o.has(DeviceListEnvVar) {
+		resp.Envs[EnvVisibleDevices] = strings.Join(names, ",")
+	}
+	if o.has(DeviceListVolumeMounts) {
+		resp.Envs[EnvVisibleDevices] = VolumeMountRoot
+		for _, n := range names {
+			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{
+				ContainerPath: path.Join(VolumeMountRoot, n),
+				HostPath:      volumeMountHostPath,
+				ReadOnly:      true,
+			})
+		}
+	}
+	if o.has(DeviceListCDIAnnotations) || o.has(DeviceListCDICRI) {
+		if err := addCDI(resp, names, o); err != nil {
+			return nil, status.Errorf(codes.Internal, "resource %s: %v", ds.resource.Name, err)
+		}
+	}
+	if ds.resource.Sharing.Strategy == rules.SharingMPS {
+		ds.addMPS(resp, a, o)
+	}
+	return resp, nil
+}
+
+// addCDI adds the CDI devices as annotations and/or CRI CDI devices.
+func addCDI(resp *pluginapi.ContainerAllocateResponse, names []string, o *Options) error {
+	vendor, class, _ := strings.Cut(o.CDIKind, "/")
+	devices := make([]string, len(names))
+	for i, n := range names {
+		devices[i] = parser.QualifiedName(vendor, class, n)
+	}
+	if o.has(DeviceListCDIAnnotations) {
+		// Keys must be unique among all annotations of a container, which
+		// may hold several resources: a random response ID makes them so.
+		ann, err := cdiapi.UpdateAnnotations(map[string]string{}, cdiAnnotationPlugin, rand.Text(), devices)
+		if err != nil {
+			return fmt.Errorf("CDI annotations for %q: %w", devices, err)
+		}
+		resp.Annotations = make(map[string]string, len(ann))
+		for k, v := range ann {
+			resp.Annotations[o.CDIAnnotationPrefix+strings.TrimPrefix(k, cdiapi.AnnotationPrefix)] = v
+		}
+	}
+	if o.has(DeviceListCDICRI) {
+		for _, d := range devices {
+			resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: d})
+		}
+	}
+	return nil
+}
+
+// addMPS adds the MPS client environment and the pipe directory mount.
+// Limits are per replica; a container holding several replicas of one
+// device gets their sum.
+func (ds *deviceSet) addMPS(resp *pluginapi.ContainerAllocateResponse, a allocation, o *Options) {
+	pipe := MPSPipeDir(o.MPSRoot, ds.resource.Name)
+	resp.Envs[EnvMPSPipeDirectory] = pipe
+	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: pipe, HostPath: pipe})
+
+	r := ds.replicas
+	limits := ds.resource.Sharing.MPS
+	pct := 100 / r
+	if limits != nil && limits.ActiveThreadPercentage > 0 {
+		pct = limits.ActiveThreadPercentage
+	}
+	most := 0
+	for _, n := range a.count {
+		most = max(most, n)
+	}
+	resp.Envs[EnvMPSActiveThreadPercentage] = strconv.Itoa(min(100, pct*most))
+
+	// Ordinals are the container's CUDA device numbers: the allocated
+	// devices in index order, as the container sees only those.
+	var mem []string
+	for i, p := range a.phys {
+		perReplica := ds.physical[p].MemoryMiB / uint64(r)
+		if limits != nil && limits.PinnedMemoryLimitMiB > 0 {
+			perReplica = limits.PinnedMemoryLimitMiB
+		}
+		if perReplica == 0 {
+			continue
+		}
+		mem = append(mem, fmt.Sprintf("%d=%dM", i, perReplica*uint64(a.count[i])))
+	}
+	if len(mem) > 0 {
+		resp.Envs[EnvMPSPinnedDeviceMemLimit] = strings.Join(mem, ",")
+	}
+}

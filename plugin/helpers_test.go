@@ -1,0 +1,277 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
+	"github.com/featureplug/featureplug/rules"
+)
+
+// testTimeout bounds every wait in the socket tests.
+const testTimeout = 20 * time.Second
+
+// gpuUUID is the UUID of fake GPU i.
+func gpuUUID(i int) string { return fmt.Sprintf("GPU-%08x-1111-2222-3333-444444444444", i) }
+
+// migUUID is the UUID of fake MIG device j of GPU i.
+func migUUID(i, j int) string { return fmt.Sprintf("MIG-%08x-%04x-2222-3333-444444444444", i, j) }
+
+// gpuDevice is whole GPU i of a node whose GPUs 0..n/2-1 sit on NUMA node
+// 0 and the rest on node 1 (for n = 8: 0-3 and 4-7).
+func gpuDevice(i int) rules.Device {
+	return rules.Device{
+		ID: gpuUUID(i), Kind: rules.DeviceGPU, GPUUUID: gpuUUID(i), GPUIndex: i,
+		Index: fmt.Sprint(i), NUMANode: i / 4, MemoryMiB: 81559, Rule: "h100",
+	}
+}
+
+// migDevice is MIG device j of GPU i.
+func migDevice(i, j int) rules.Device {
+	return rules.Device{
+		ID: migUUID(i, j), Kind: rules.DeviceMIG, GPUUUID: gpuUUID(i), GPUIndex: i,
+		Index: fmt.Sprintf("%d:%d", i, j), NUMANode: i / 4, Profile: "1g.10gb", MemoryMiB: 9728, Rule: "mig",
+	}
+}
+
+// gpus returns whole GPU devices for the given indexes.
+func gpus(idx ...int) []rules.Device {
+	out := make([]rules.Device, len(idx))
+	for i, x := range idx {
+		out[i] = gpuDevice(x)
+	}
+	return out
+}
+
+// nvlinkGroups is an n-GPU link matrix with NVLink groups of size group
+// (18 links within a group) and SYS paths between groups.
+func nvlinkGroups(n, group int) discovery.LinkMatrix {
+	m := make(discovery.LinkMatrix, n)
+	for i := range n {
+		m[i] = make([]discovery.Link, n)
+		for j := range n {
+			switch {
+			case i == j:
+			case i/group == j/group:
+				m[i][j] = discovery.Link{NVLinks: 18, PCIe: discovery.PCIeNode}
+			default:
+				m[i][j] = discovery.Link{PCIe: discovery.PCIeSystem}
+			}
+		}
+	}
+	return m
+}
+
+// h100Plan is the 8x H100 node with two NVLink groups of four, all GPUs
+// in one resource.
+func h100Plan(name string) *rules.Plan {
+	return &rules.Plan{
+		Resources: []rules.Resource{{Name: name, Devices: gpus(0, 1, 2, 3, 4, 5, 6, 7)}},
+		Links:     nvlinkGroups(8, 4),
+	}
+}
+
+// ids returns the IDs of devices.
+func ids(devs []rules.Device) []string {
+	out := make([]string, len(devs))
+	for i, d := range devs {
+		out[i] = d.ID
+	}
+	return out
+}
+
+// tempDir returns a short temporary directory: unix socket paths are
+// limited to 107 bytes, and t.TempDir paths can be long.
+func tempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// fakeClock is a Clock that moves only when told to.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c    *fakeClock
+	at   time.Time
+	f    func()
+	done bool
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.done
+	t.done = true
+	return was
+}
+
+// Advance moves the clock and runs, in the caller's goroutine, the
+// functions that came due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []func()
+	keep := c.timers[:0]
+	for _, t := range c.timers {
+		switch {
+		case t.done:
+		case !t.at.After(c.now):
+			t.done = true
+			due = append(due, t.f)
+		default:
+			keep = append(keep, t)
+		}
+	}
+	c.timers = keep
+	c.mu.Unlock()
+	for _, f := range due {
+		f()
+	}
+}
+
+// env is a running manager and simulated kubelet over one directory.
+type env struct {
+	t       testing.TB
+	dir     string
+	kubelet *kubeletsim.Kubelet
+	m       *Manager
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// startEnv starts a simulated kubelet and a manager serving plan.
+func startEnv(t testing.TB, opts Options, plan *rules.Plan) *env {
+	t.Helper()
+	e := &env{t: t, dir: tempDir(t)}
+	k, err := kubeletsim.Start(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.kubelet = k
+	t.Cleanup(k.Stop)
+	e.startManager(opts, plan)
+	return e
+}
+
+// startManager starts the manager in e.dir.
+func (e *env) startManager(opts Options, plan *rules.Plan) {
+	e.t.Helper()
+	opts.KubeletDir = e.dir
+	m, err := NewManager(opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if plan != nil {
+		if err := m.Apply(plan); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.m, e.cancel, e.done = m, cancel, make(chan error, 1)
+	go func() { e.done <- m.Run(ctx) }()
+	e.t.Cleanup(e.stop)
+}
+
+// stop cancels Run and waits for it.
+func (e *env) stop() {
+	if e.cancel == nil {
+		return
+	}
+	e.cancel()
+	e.cancel = nil
+	select {
+	case err := <-e.done:
+		if err != nil {
+			e.t.Errorf("Run returned %v", err)
+		}
+	case <-time.After(testTimeout):
+		e.t.Errorf("Run did not return after cancel")
+	}
+}
+
+// ctx returns a context bounded by testTimeout.
+func (e *env) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+// waitRegistered waits until each resource has at least n registrations
+// and a device list from a live stream.
+func (e *env) waitRegistered(n int, resources ...string) {
+	e.t.Helper()
+	err := e.kubelet.WaitUntil(e.ctx(), func() bool {
+		for _, r := range resources {
+			if e.kubelet.Registrations(r) < n || !e.kubelet.Streaming(r) || e.kubelet.Devices(r) == nil {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		for _, r := range resources {
+			e.t.Logf("%s: registrations %d, streaming %v", r, e.kubelet.Registrations(r), e.kubelet.Streaming(r))
+		}
+		e.t.Fatal(err)
+	}
+	// The plugin marks itself registered when Register returns, just after
+	// the kubelet counted it.
+	deadline := time.Now().Add(testTimeout)
+	for _, r := range resources {
+		for !e.m.Registered(r) {
+			if time.Now().After(deadline) {
+				e.t.Fatalf("%s: the kubelet accepted it but the manager does not report it registered", r)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// waitDevices waits until resource's list satisfies pred.
+func (e *env) waitDevices(resource string, what string, pred func([]*pluginapi.Device) bool) {
+	e.t.Helper()
+	if err := e.kubelet.WaitFor(e.ctx(), resource, pred); err != nil {
+		e.t.Fatalf("%s: %s: %v (have %v)", resource, what, err, e.kubelet.Devices(resource))
+	}
+}
+
+// healthOf returns the health of every device ID of a list.
+func healthOf(devs []*pluginapi.Device) map[string]string {
+	out := make(map[string]string, len(devs))
+	for _, d := range devs {
+		out[d.GetID()] = d.GetHealth()
+	}
+	return out
+}

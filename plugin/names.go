@@ -1,0 +1,111 @@
+package plugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"tags.cncf.io/container-device-interface/pkg/parser"
+)
+
+// maxSocketPath is the longest unix socket path Linux accepts: sun_path
+// holds 108 bytes including the terminating NUL.
+const maxSocketPath = 107
+
+// socketPrefix and socketSuffix frame every plugin socket name.
+const (
+	socketPrefix = "featureplug-"
+	socketSuffix = ".sock"
+	// hashLen is the number of hex digits of the name hash appended to
+	// shortened socket names.
+	hashLen = 8
+)
+
+// replicaSeparator joins a device ID and a replica number: "<uuid>::<n>".
+const replicaSeparator = "::"
+
+// SanitizeResourceName turns an extended resource name into a file name:
+// the one '/' becomes '_'. Extended resource names have a DNS-subdomain
+// prefix, which holds no '_', so the mapping is one-to-one.
+func SanitizeResourceName(resource string) string {
+	return strings.ReplaceAll(resource, "/", "_")
+}
+
+// SocketPath returns the unix socket path of the server for resource in
+// dir: dir/featureplug-<sanitized name>.sock, or, when that would pass the
+// 107-byte limit of socket paths, the name shortened and followed by a hash
+// of the full resource name, so distinct resources never share a socket.
+func SocketPath(dir, resource string) (string, error) {
+	name := socketPrefix + SanitizeResourceName(resource) + socketSuffix
+	full := filepath.Join(dir, name)
+	if len(full) <= maxSocketPath {
+		return full, nil
+	}
+	sum := sha256.Sum256([]byte(resource))
+	tail := "-" + hex.EncodeToString(sum[:])[:hashLen] + socketSuffix
+	room := maxSocketPath - len(filepath.Join(dir, socketPrefix)) - len(tail)
+	if room < 1 {
+		return "", fmt.Errorf("directory %q is too long for a unix socket path (limit %d bytes)", dir, maxSocketPath)
+	}
+	short := SanitizeResourceName(resource)[:room]
+	return filepath.Join(dir, socketPrefix+short+tail), nil
+}
+
+// MPSPipeDir returns the MPS control daemon's pipe directory for resource:
+// <mpsRoot>/<sanitized resource name>/pipe. The agent starts the daemon
+// there; Allocate mounts it into containers.
+func MPSPipeDir(mpsRoot, resource string) string {
+	return filepath.Join(mpsRoot, SanitizeResourceName(resource), "pipe")
+}
+
+// validateResourceName checks that name is an extended resource name the
+// kubelet accepts: <DNS subdomain>/<name>.
+func validateResourceName(name string) error {
+	prefix, base, ok := strings.Cut(name, "/")
+	if !ok || prefix == "" || base == "" || strings.Contains(base, "/") {
+		return fmt.Errorf("%q is not of the form <domain>/<name>", name)
+	}
+	if len(prefix) > 253 {
+		return fmt.Errorf("%q: domain is longer than 253 characters", name)
+	}
+	for _, label := range strings.Split(prefix, ".") {
+		if !isDNSLabel(label) {
+			return fmt.Errorf("%q: domain %q is not a lowercase DNS subdomain", name, prefix)
+		}
+	}
+	if len(base) > 63 {
+		return fmt.Errorf("%q: name %q is longer than 63 characters", name, base)
+	}
+	for i, c := range base {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || i == len(base)-1 || (c != '-' && c != '_' && c != '.')) {
+			return fmt.Errorf("%q: name %q must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric", name, base)
+		}
+	}
+	return nil
+}
+
+// isDNSLabel reports whether s is a lowercase RFC 1123 label.
+func isDNSLabel(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, c := range s {
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// validateDeviceName checks that a device ID or index can be used in a
+// device list, a mount path and a CDI device name.
+func validateDeviceName(id string) error {
+	if strings.Contains(id, replicaSeparator) {
+		return fmt.Errorf("%q holds %q, which is reserved for replica IDs", id, replicaSeparator)
+	}
+	return parser.ValidateDeviceName(id)
+}

@@ -1,0 +1,243 @@
+package plugin
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/rules"
+)
+
+// gpuIDs returns the UUIDs of GPUs idx.
+func gpuIDs(idx ...int) []string {
+	out := make([]string, len(idx))
+	for i, x := range idx {
+		out[i] = gpuUUID(x)
+	}
+	return out
+}
+
+func TestPreferredWholeGPUs(t *testing.T) {
+	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	tests := []struct {
+		name      string
+		available []int
+		must      []int
+		size      int
+		want      []int
+	}{
+		{"size 2 within a group", all, nil, 2, []int{0, 1}},
+		{"size 4 is a whole group", all, nil, 4, []int{0, 1, 2, 3}},
+		{"size 8 takes all", all, nil, 8, all},
+		{"size 4 when group 0 is partly used", []int{0, 1, 4, 5, 6, 7}, nil, 4, []int{4, 5, 6, 7}},
+		{"size 2 when group 0 has one left", []int{3, 4, 5, 6, 7}, nil, 2, []int{4, 5}},
+		{"must-include pulls its group", all, []int{5}, 2, []int{4, 5}},
+		{"must-include in size 4", all, []int{6}, 4, []int{4, 5, 6, 7}},
+		{"must-include across groups", all, []int{3, 4}, 3, []int{0, 3, 4}},
+		{"must-include fills the size", all, []int{7, 0}, 2, []int{0, 7}},
+		{"size 3 from two split groups prefers the group with three", []int{0, 1, 4, 5, 6}, nil, 3, []int{4, 5, 6}},
+		{"size 5 spans groups", all, nil, 5, []int{0, 1, 2, 3, 4}},
+		{"duplicates in available are ignored", []int{6, 6, 7, 7}, nil, 2, []int{6, 7}},
+	}
+	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], nvlinkGroups(8, 4))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ds.preferred(gpuIDs(tt.available...), gpuIDs(tt.must...), tt.size, ReplicasDistributed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := gpuIDs(tt.want...); !slices.Equal(got, want) {
+				t.Errorf("preferred = %v, want GPUs %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPreferredNUMATieBreak(t *testing.T) {
+	// Four GPUs behind PCIe host bridges (equal scores): GPUs 0 and 3 on
+	// NUMA node 1, GPUs 1 and 2 on node 0.
+	links := make(discovery.LinkMatrix, 4)
+	for i := range links {
+		links[i] = make([]discovery.Link, 4)
+		for j := range links[i] {
+			if i != j {
+				links[i][j] = discovery.Link{PCIe: discovery.PCIeHostBridge}
+			}
+		}
+	}
+	devs := gpus(0, 1, 2, 3)
+	for i, n := range []int{1, 0, 0, 1} {
+		devs[i].NUMANode = n
+	}
+	ds := newDeviceSet(rules.Resource{Name: "a.b/c", Devices: devs}, links)
+	tests := []struct {
+		name            string
+		available, must []int
+		want            []int
+	}{
+		{"same NUMA node, lowest index", []int{0, 1, 2, 3}, nil, []int{0, 3}},
+		{"same NUMA node when 0 is taken", []int{1, 2, 3}, nil, []int{1, 2}},
+		{"must-include picks its node", []int{0, 1, 2, 3}, []int{2}, []int{1, 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ds.preferred(gpuIDs(tt.available...), gpuIDs(tt.must...), 2, ReplicasDistributed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := gpuIDs(tt.want...); !slices.Equal(got, want) {
+				t.Errorf("preferred = %v, want GPUs %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPreferredLargeNodeUsesGreedy(t *testing.T) {
+	// 32 GPUs in NVLink groups of 8: choosing 16 is past the exhaustive
+	// bound and must still return two whole groups.
+	n := 32
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	if binomialAtMost(n, 16, maxCombinations) {
+		t.Fatal("test no longer exercises the greedy search")
+	}
+	ds := newDeviceSet(rules.Resource{Name: "a.b/c", Devices: gpus(idx...)}, nvlinkGroups(n, 8))
+	got, err := ds.preferred(gpuIDs(idx...), gpuIDs(9), 8, ReplicasDistributed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := gpuIDs(8, 9, 10, 11, 12, 13, 14, 15); !slices.Equal(got, want) {
+		t.Errorf("preferred = %v, want GPUs 8-15", got)
+	}
+	got, err = ds.preferred(gpuIDs(idx[4:]...), nil, 16, ReplicasDistributed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := gpuIDs(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23); !slices.Equal(got, want) {
+		t.Errorf("preferred = %v, want GPUs 8-23", got)
+	}
+}
+
+func TestPreferredErrors(t *testing.T) {
+	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], nvlinkGroups(8, 4))
+	tests := []struct {
+		name            string
+		available, must []string
+		size            int
+		want            []string
+	}{
+		{"size over available", gpuIDs(0, 1), nil, 3, []string{"size 3", "2 available"}},
+		{"must not available", gpuIDs(0, 1), gpuIDs(2), 2, []string{"must-include", gpuUUID(2)}},
+		{"must over size", gpuIDs(0, 1, 2), gpuIDs(0, 1, 2), 2, []string{"3 must-include devices", "size 2"}},
+		{"unknown available", []string{"GPU-nope"}, nil, 1, []string{"unknown device IDs", "GPU-nope"}},
+		{"unknown must", gpuIDs(0), []string{"GPU-nope"}, 1, []string{"unknown device IDs", "GPU-nope"}},
+		{"zero size", gpuIDs(0), nil, 0, []string{"size 0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ds.preferred(tt.available, tt.must, tt.size, ReplicasDistributed)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("preferred error = %v, want InvalidArgument", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// replicaID is replica k of GPU i.
+func replicaID(i, k int) string { return fmt.Sprintf("%s::%d", gpuUUID(i), k) }
+
+// allReplicas lists replicas 0..r-1 of GPUs 0..n-1.
+func allReplicas(n, r int, skip ...string) []string {
+	var out []string
+	for i := range n {
+		for k := range r {
+			if id := replicaID(i, k); !slices.Contains(skip, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+func TestPreferredReplicas(t *testing.T) {
+	res := rules.Resource{
+		Name:    "example.com/shared",
+		Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 4},
+		Devices: gpus(0, 1, 2, 3),
+	}
+	ds := newDeviceSet(res, nvlinkGroups(4, 4))
+	used := []string{replicaID(0, 0), replicaID(0, 1), replicaID(2, 0)}
+	tests := []struct {
+		name      string
+		policy    ReplicaPolicy
+		available []string
+		must      []string
+		size      int
+		want      []string
+	}{
+		{"distributed spreads", ReplicasDistributed, allReplicas(4, 4), nil, 4,
+			[]string{replicaID(0, 0), replicaID(1, 0), replicaID(2, 0), replicaID(3, 0)}},
+		{"distributed wraps around", ReplicasDistributed, allReplicas(4, 4), nil, 6,
+			[]string{replicaID(0, 0), replicaID(0, 1), replicaID(1, 0), replicaID(1, 1), replicaID(2, 0), replicaID(3, 0)}},
+		{"distributed prefers least used", ReplicasDistributed, allReplicas(4, 4, used...), nil, 2,
+			[]string{replicaID(1, 0), replicaID(3, 0)}},
+		{"distributed with must-include", ReplicasDistributed, allReplicas(4, 4), []string{replicaID(2, 3)}, 2,
+			[]string{replicaID(0, 0), replicaID(2, 3)}},
+		{"packed fills one device", ReplicasPacked, allReplicas(4, 4), nil, 3,
+			[]string{replicaID(0, 0), replicaID(0, 1), replicaID(0, 2)}},
+		{"packed prefers most used", ReplicasPacked, allReplicas(4, 4, used...), nil, 3,
+			[]string{replicaID(0, 2), replicaID(0, 3), replicaID(2, 1)}},
+		{"packed stays with must-include", ReplicasPacked, allReplicas(4, 4), []string{replicaID(3, 1)}, 3,
+			[]string{replicaID(3, 0), replicaID(3, 1), replicaID(3, 2)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ds.preferred(tt.available, tt.must, tt.size, tt.policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("preferred = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPreferredOverGRPC(t *testing.T) {
+	e := startEnv(t, DefaultOptions(), h100Plan("nvidia.com/gpu"))
+	e.waitRegistered(1, "nvidia.com/gpu")
+	all := gpuIDs(0, 1, 2, 3, 4, 5, 6, 7)
+	for _, tt := range []struct {
+		must []string
+		size int
+		want []string
+	}{
+		{nil, 2, gpuIDs(0, 1)},
+		{nil, 4, gpuIDs(0, 1, 2, 3)},
+		{gpuIDs(6), 4, gpuIDs(4, 5, 6, 7)},
+	} {
+		got, err := e.kubelet.GetPreferredAllocation(e.ctx(), "nvidia.com/gpu", all, tt.must, tt.size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("size %d must %v: got %v, want %v", tt.size, tt.must, got, tt.want)
+		}
+	}
+	_, err := e.kubelet.GetPreferredAllocation(e.ctx(), "nvidia.com/gpu", all[:2], nil, 3)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("impossible request: error %v, want InvalidArgument", err)
+	}
+}
