@@ -1,0 +1,498 @@
+package labeler
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/rules"
+)
+
+// Node-level label keys, with gpu-feature-discovery's names.
+const (
+	// LabelGPUPresent is "true" on every node with at least one GPU.
+	LabelGPUPresent = "nvidia.com/gpu.present"
+	// LabelTimestamp is the Unix time the labels were computed; only set
+	// when LabelOptions.Timestamp asks for it (it makes every write a change).
+	LabelTimestamp = "nvidia.com/gfd.timestamp"
+	// LabelMachine is the machine type (DMI product name, see MachineType).
+	LabelMachine = "nvidia.com/gpu.machine"
+	// LabelMIGCapable is "true" when any GPU supports MIG.
+	LabelMIGCapable = "nvidia.com/mig.capable"
+	// LabelMIGStrategy is none, single or mixed, derived from the Plan.
+	LabelMIGStrategy = "nvidia.com/mig.strategy"
+	// LabelMPSCapable is "true" when the Plan shares a resource with MPS and
+	// no GPU has MIG enabled.
+	LabelMPSCapable = "nvidia.com/mps.capable"
+
+	// LabelDriverMajor, LabelDriverMinor, LabelDriverRevision and
+	// LabelDriverFull are the kernel driver version (e.g. 570, 86, 15 and
+	// 570.86.15).
+	LabelDriverMajor    = "nvidia.com/cuda.driver-version.major"
+	LabelDriverMinor    = "nvidia.com/cuda.driver-version.minor"
+	LabelDriverRevision = "nvidia.com/cuda.driver-version.revision"
+	LabelDriverFull     = "nvidia.com/cuda.driver-version.full"
+	// LabelRuntimeMajor, LabelRuntimeMinor and LabelRuntimeFull are the CUDA
+	// version the driver supports (e.g. 12, 8 and 12.8).
+	LabelRuntimeMajor = "nvidia.com/cuda.runtime-version.major"
+	LabelRuntimeMinor = "nvidia.com/cuda.runtime-version.minor"
+	LabelRuntimeFull  = "nvidia.com/cuda.runtime-version.full"
+
+	// LabelDeprecatedDriverMajor and the four labels below are the older
+	// names gpu-feature-discovery still writes next to the ones above;
+	// LabelOptions.OmitDeprecated leaves them out.
+	LabelDeprecatedDriverMajor  = "nvidia.com/cuda.driver.major"
+	LabelDeprecatedDriverMinor  = "nvidia.com/cuda.driver.minor"
+	LabelDeprecatedDriverRev    = "nvidia.com/cuda.driver.rev"
+	LabelDeprecatedRuntimeMajor = "nvidia.com/cuda.runtime.major"
+	LabelDeprecatedRuntimeMinor = "nvidia.com/cuda.runtime.minor"
+)
+
+// GPUResource is the resource whose labels (nvidia.com/gpu.product,
+// nvidia.com/gpu.count, ...) double as the node's GPU model labels.
+const GPUResource = "nvidia.com/gpu"
+
+// MIGResourcePrefix starts the names of per-profile MIG resources
+// (nvidia.com/mig-1g.10gb); MIG devices served under such names make the
+// MIG strategy "mixed".
+const MIGResourcePrefix = "nvidia.com/mig-"
+
+// Suffixes of the per-resource labels <resource name>.<suffix>, e.g.
+// nvidia.com/gpu.count or nvidia.com/mig-1g.10gb.memory.
+const (
+	SuffixProduct         = "product"
+	SuffixCount           = "count"
+	SuffixMemory          = "memory"
+	SuffixFamily          = "family"
+	SuffixComputeMajor    = "compute.major"
+	SuffixComputeMinor    = "compute.minor"
+	SuffixReplicas        = "replicas"
+	SuffixSharingStrategy = "sharing-strategy"
+	SuffixMultiprocessors = "multiprocessors"
+	SuffixSlicesGI        = "slices.gi"
+	SuffixSlicesCI        = "slices.ci"
+	SuffixEnginesCopy     = "engines.copy"
+	SuffixEnginesDecoder  = "engines.decoder"
+	SuffixEnginesEncoder  = "engines.encoder"
+	SuffixEnginesJPEG     = "engines.jpeg"
+	SuffixEnginesOFA      = "engines.ofa"
+)
+
+// Values of LabelMIGStrategy.
+const (
+	MIGStrategyNone   = "none"
+	MIGStrategySingle = "single"
+	MIGStrategyMixed  = "mixed"
+)
+
+// sharedSuffix is appended to the product label of a resource whose devices
+// are shared by more than one container, as gpu-feature-discovery does.
+const sharedSuffix = "SHARED"
+
+// LabelOptions tunes Labels. The zero value gives gpu-feature-discovery's
+// default label set without a timestamp.
+type LabelOptions struct {
+	// Timestamp, when not zero, adds LabelTimestamp with its Unix seconds.
+	// Leave it zero in agents that publish on change: a timestamp makes
+	// every publish a write.
+	Timestamp time.Time
+	// Machine, when not empty, is published as LabelMachine (sanitized).
+	Machine string
+	// OmitDeprecated leaves out the deprecated cuda.driver.* and
+	// cuda.runtime.* labels.
+	OmitDeprecated bool
+	// OnDropped, when set, is called for every label that Labels leaves out
+	// because its key is not a valid label key (e.g. a long resource name
+	// plus a suffix exceeds 63 characters). Labels are never truncated.
+	OnDropped func(key, reason string)
+}
+
+// Labels computes the node labels for an Inventory and, when plan is not
+// nil, for the resources the Plan serves. It is a pure function: the same
+// input gives the same map. A node without GPUs gets no labels at all, so
+// publishing the result removes stale ones.
+//
+// Node facts (always, from the Inventory):
+//   - nvidia.com/gpu.present, mig.capable, mps.capable, the driver and CUDA
+//     version labels;
+//   - nvidia.com/gpu.product, gpu.count, gpu.memory, gpu.family,
+//     gpu.compute.major and gpu.compute.minor describe the node's GPU model.
+//     On a node with several models this is the most common model (ties go
+//     to the model of the lowest GPU index), and gpu.count counts the GPUs of
+//     that model, as gpu-feature-discovery counts per model. The features
+//     (nvidia.gpu instances) carry every GPU.
+//
+// Per-resource labels (only with a Plan; a nil Plan means no rules yet):
+//   - nvidia.com/mig.strategy: mixed when any MIG device is served under a
+//     nvidia.com/mig-<profile> name, else single when MIG devices are served
+//     as nvidia.com/gpu, else none.
+//   - nvidia.com/gpu.replicas and gpu.sharing-strategy describe how the
+//     nvidia.com/gpu resource is shared (0 and none when the Plan does not
+//     serve nvidia.com/gpu, as gpu-feature-discovery writes for MIG-enabled
+//     GPUs); gpu.product gets a -SHARED suffix when replicas > 1. When
+//     nvidia.com/gpu serves MIG devices (the single strategy), gpu.product,
+//     gpu.count and gpu.memory describe those MIG devices instead
+//     (A100-SXM4-40GB-MIG-1g.5gb, the number of MIG devices, their memory)
+//     and the MIG attribute labels (gpu.multiprocessors, gpu.slices.gi, ...)
+//     are added.
+//   - every other resource R gets R.product, R.count (devices, not
+//     replicas), R.replicas, R.sharing-strategy and, for whole GPUs,
+//     R.memory, R.family, R.compute.major/minor, or, for MIG devices,
+//     R.memory, R.multiprocessors, R.slices.gi, R.slices.ci and
+//     R.engines.copy|decoder|encoder|jpeg|ofa. A resource whose devices
+//     differ (models or profiles) is described by its most common kind of
+//     device, ties going to the first in Plan order.
+//
+// Values are made valid label values (see SanitizeValue); keys that are not
+// valid label keys are left out (see LabelOptions.OnDropped).
+func Labels(inv *discovery.Inventory, plan *rules.Plan, opts LabelOptions) map[string]string {
+	l := labelSet{m: make(map[string]string), onDropped: opts.OnDropped}
+	if inv == nil || len(inv.GPUs) == 0 {
+		return l.m
+	}
+
+	l.set(LabelGPUPresent, "true")
+	l.versions(inv, opts.OmitDeprecated)
+	l.set(LabelMIGCapable, strconv.FormatBool(anyGPU(inv, func(g *discovery.GPU) bool { return g.MIGCapable })))
+	l.set(LabelMPSCapable, strconv.FormatBool(mpsCapable(inv, plan)))
+	if opts.Machine != "" {
+		l.set(LabelMachine, opts.Machine)
+	}
+	if !opts.Timestamp.IsZero() {
+		l.set(LabelTimestamp, strconv.FormatInt(opts.Timestamp.Unix(), 10))
+	}
+
+	model, count := nodeModel(inv)
+	l.gpuLabels(GPUResource, model, count)
+
+	if plan == nil {
+		return l.m
+	}
+	l.set(LabelMIGStrategy, migStrategy(plan))
+	l.set(resourceKey(GPUResource, SuffixReplicas), "0")
+	l.set(resourceKey(GPUResource, SuffixSharingStrategy), string(rules.SharingNone))
+	idx := newDeviceIndex(inv)
+	for i := range plan.Resources {
+		l.resource(idx, model, &plan.Resources[i])
+	}
+	return l.m
+}
+
+// labelSet collects labels, validating keys and sanitizing values.
+type labelSet struct {
+	m         map[string]string
+	onDropped func(key, reason string)
+}
+
+func (l *labelSet) set(key, value string) {
+	if errs := validLabelKey(key); errs != "" {
+		if l.onDropped != nil {
+			l.onDropped(key, errs)
+		}
+		return
+	}
+	l.m[key] = SanitizeValue(value)
+}
+
+func (l *labelSet) setInt(key string, v int) { l.set(key, strconv.Itoa(v)) }
+
+// versions adds the driver and CUDA version labels. A version that does not
+// have gpu-feature-discovery's form (X.Y[.Z] for the driver, X.Y for CUDA)
+// gives no labels rather than wrong ones.
+func (l *labelSet) versions(inv *discovery.Inventory, omitDeprecated bool) {
+	if parts := strings.Split(inv.DriverVersion, "."); (len(parts) == 2 || len(parts) == 3) && allDigits(parts[0]) && allDigits(parts[1]) {
+		rev := ""
+		if len(parts) == 3 {
+			rev = parts[2]
+		}
+		l.set(LabelDriverMajor, parts[0])
+		l.set(LabelDriverMinor, parts[1])
+		l.set(LabelDriverRevision, rev)
+		l.set(LabelDriverFull, inv.DriverVersion)
+		if !omitDeprecated {
+			l.set(LabelDeprecatedDriverMajor, parts[0])
+			l.set(LabelDeprecatedDriverMinor, parts[1])
+			l.set(LabelDeprecatedDriverRev, rev)
+		}
+	}
+	if parts := strings.Split(inv.CUDADriverVersion, "."); len(parts) >= 2 && allDigits(parts[0]) && allDigits(parts[1]) {
+		major, _ := strconv.Atoi(parts[0])
+		minor, _ := strconv.Atoi(parts[1])
+		l.setInt(LabelRuntimeMajor, major)
+		l.setInt(LabelRuntimeMinor, minor)
+		l.set(LabelRuntimeFull, strconv.Itoa(major)+"."+strconv.Itoa(minor))
+		if !omitDeprecated {
+			l.setInt(LabelDeprecatedRuntimeMajor, major)
+			l.setInt(LabelDeprecatedRuntimeMinor, minor)
+		}
+	}
+}
+
+// gpuLabels adds R.product, R.count, R.memory, R.family and R.compute.* for
+// count whole GPUs of g's model.
+func (l *labelSet) gpuLabels(resource string, g *discovery.GPU, count int) {
+	l.set(resourceKey(resource, SuffixProduct), productName(false, g.Product))
+	l.setInt(resourceKey(resource, SuffixCount), count)
+	if g.MemoryMiB > 0 {
+		l.set(resourceKey(resource, SuffixMemory), strconv.FormatUint(g.MemoryMiB, 10))
+	}
+	if g.ComputeMajor > 0 {
+		l.set(resourceKey(resource, SuffixFamily), family(g))
+		l.setInt(resourceKey(resource, SuffixComputeMajor), g.ComputeMajor)
+		l.setInt(resourceKey(resource, SuffixComputeMinor), g.ComputeMinor)
+	}
+}
+
+// resource adds the labels of one Plan resource. nodeGPU is the GPU that
+// the node-level nvidia.com/gpu.* labels describe.
+func (l *labelSet) resource(idx deviceIndex, nodeGPU *discovery.GPU, r *rules.Resource) {
+	if len(r.Devices) == 0 {
+		return
+	}
+	replicas, strategy := sharingOf(r.Sharing)
+	shared := replicas > 1
+	gpu, mig := idx.representative(r.Devices)
+
+	if r.Name == GPUResource && mig == nil {
+		// Whole GPUs served as nvidia.com/gpu: the node-level model labels
+		// stay; only sharing changes them.
+		l.set(resourceKey(r.Name, SuffixProduct), productName(shared, nodeGPU.Product))
+		l.setInt(resourceKey(r.Name, SuffixReplicas), replicas)
+		l.set(resourceKey(r.Name, SuffixSharingStrategy), string(strategy))
+		return
+	}
+
+	switch {
+	case mig != nil:
+		l.set(resourceKey(r.Name, SuffixProduct), productName(shared, gpu.Product, "MIG", mig.Profile))
+		l.migLabels(r.Name, mig)
+	case gpu != nil:
+		l.gpuLabels(r.Name, gpu, len(r.Devices))
+		if shared {
+			l.set(resourceKey(r.Name, SuffixProduct), productName(shared, gpu.Product))
+		}
+	}
+	l.setInt(resourceKey(r.Name, SuffixCount), len(r.Devices))
+	l.setInt(resourceKey(r.Name, SuffixReplicas), replicas)
+	l.set(resourceKey(r.Name, SuffixSharingStrategy), string(strategy))
+}
+
+// migLabels adds gpu-feature-discovery's MIG attribute labels.
+func (l *labelSet) migLabels(resource string, m *discovery.MIGDevice) {
+	l.set(resourceKey(resource, SuffixMemory), strconv.FormatUint(m.MemoryMiB, 10))
+	l.setInt(resourceKey(resource, SuffixMultiprocessors), m.Multiprocessors)
+	l.setInt(resourceKey(resource, SuffixSlicesGI), m.GISlices)
+	l.setInt(resourceKey(resource, SuffixSlicesCI), m.CISlices)
+	l.setInt(resourceKey(resource, SuffixEnginesCopy), m.Engines.Copy)
+	l.setInt(resourceKey(resource, SuffixEnginesDecoder), m.Engines.Decoder)
+	l.setInt(resourceKey(resource, SuffixEnginesEncoder), m.Engines.Encoder)
+	l.setInt(resourceKey(resource, SuffixEnginesJPEG), m.Engines.JPEG)
+	l.setInt(resourceKey(resource, SuffixEnginesOFA), m.Engines.OFA)
+}
+
+// resourceKey is the label key <resource>.<suffix>.
+func resourceKey(resource, suffix string) string { return resource + "." + suffix }
+
+// productName joins the sanitized, non-empty parts with '-' and appends
+// -SHARED when shared: "NVIDIA A100-SXM4-40GB", "MIG", "1g.5gb" gives
+// NVIDIA-A100-SXM4-40GB-MIG-1g.5gb.
+func productName(shared bool, parts ...string) string {
+	var kept []string
+	for _, p := range parts {
+		if s := sanitizeWords(p); s != "" {
+			kept = append(kept, s)
+		}
+	}
+	if len(kept) == 0 {
+		return ""
+	}
+	if shared {
+		kept = append(kept, sharedSuffix)
+	}
+	return strings.Join(kept, "-")
+}
+
+// sharingOf returns the replicas and strategy gpu-feature-discovery would
+// label for a resource: replicas is at least 1 and the strategy is none
+// unless the devices are actually shared.
+func sharingOf(s rules.Sharing) (int, rules.SharingStrategy) {
+	replicas := s.Replicas
+	if replicas < 1 {
+		replicas = 1
+	}
+	if replicas == 1 || s.Strategy == "" {
+		return replicas, rules.SharingNone
+	}
+	return replicas, s.Strategy
+}
+
+// nodeModel returns the first GPU of the node's most common product and how
+// many GPUs have that product. Ties go to the product of the lowest index.
+func nodeModel(inv *discovery.Inventory) (*discovery.GPU, int) {
+	counts := make(map[string]int, 1)
+	for i := range inv.GPUs {
+		counts[inv.GPUs[i].Product]++
+	}
+	best := &inv.GPUs[0]
+	for i := range inv.GPUs {
+		if g := &inv.GPUs[i]; counts[g.Product] > counts[best.Product] {
+			best = g
+		}
+	}
+	return best, counts[best.Product]
+}
+
+// migStrategy derives gpu-feature-discovery's MIG strategy from where the
+// Plan puts MIG devices.
+func migStrategy(plan *rules.Plan) string {
+	single := false
+	for _, r := range plan.Resources {
+		for _, d := range r.Devices {
+			if d.Kind != rules.DeviceMIG {
+				continue
+			}
+			if strings.HasPrefix(r.Name, MIGResourcePrefix) {
+				return MIGStrategyMixed
+			}
+			if r.Name == GPUResource {
+				single = true
+			}
+		}
+	}
+	if single {
+		return MIGStrategySingle
+	}
+	return MIGStrategyNone
+}
+
+// mpsCapable reports what gpu-feature-discovery labels as mps.capable: MPS
+// sharing is configured and no GPU has MIG enabled.
+func mpsCapable(inv *discovery.Inventory, plan *rules.Plan) bool {
+	if plan == nil || anyGPU(inv, func(g *discovery.GPU) bool { return g.MIGEnabled }) {
+		return false
+	}
+	for _, r := range plan.Resources {
+		if r.Sharing.Strategy == rules.SharingMPS {
+			return true
+		}
+	}
+	return false
+}
+
+// family returns the GPU's architecture family, falling back to
+// gpu-feature-discovery's mapping from the compute capability when discovery
+// did not name it.
+func family(g *discovery.GPU) string {
+	if g.Family != "" && g.Family != discovery.Unknown {
+		return strings.ToLower(g.Family)
+	}
+	switch g.ComputeMajor {
+	case 1:
+		return "tesla"
+	case 2:
+		return "fermi"
+	case 3:
+		return "kepler"
+	case 5:
+		return "maxwell"
+	case 6:
+		return "pascal"
+	case 7:
+		if g.ComputeMinor < 5 {
+			return "volta"
+		}
+		return "turing"
+	case 8:
+		if g.ComputeMinor < 9 {
+			return "ampere"
+		}
+		return "ada-lovelace"
+	case 9:
+		return "hopper"
+	case 10, 12:
+		return "blackwell"
+	}
+	return "undefined"
+}
+
+func anyGPU(inv *discovery.Inventory, pred func(*discovery.GPU) bool) bool {
+	for i := range inv.GPUs {
+		if pred(&inv.GPUs[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// deviceIndex finds the GPUs and MIG devices of an Inventory by UUID.
+type deviceIndex struct {
+	gpus map[string]*discovery.GPU
+	migs map[string]*discovery.MIGDevice
+}
+
+func newDeviceIndex(inv *discovery.Inventory) deviceIndex {
+	idx := deviceIndex{
+		gpus: make(map[string]*discovery.GPU, len(inv.GPUs)),
+		migs: make(map[string]*discovery.MIGDevice, inv.MIGDeviceCount()),
+	}
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		idx.gpus[g.UUID] = g
+		for j := range g.MIGDevices {
+			idx.migs[g.MIGDevices[j].UUID] = &g.MIGDevices[j]
+		}
+	}
+	return idx
+}
+
+// representative returns the device that describes a resource: the first of
+// the most common (product, MIG profile) among the devices the Inventory
+// knows. mig is nil for whole GPUs; both are nil when no device is known.
+func (idx deviceIndex) representative(devices []rules.Device) (*discovery.GPU, *discovery.MIGDevice) {
+	type kind struct{ product, profile string }
+	type known struct {
+		gpu  *discovery.GPU
+		mig  *discovery.MIGDevice
+		kind kind
+	}
+	list := make([]known, 0, len(devices))
+	counts := make(map[kind]int, 1)
+	for _, d := range devices {
+		g, ok := idx.gpus[d.GPUUUID]
+		if !ok {
+			continue
+		}
+		k := known{gpu: g, kind: kind{product: g.Product}}
+		if d.Kind == rules.DeviceMIG {
+			if k.mig, ok = idx.migs[d.ID]; !ok {
+				continue
+			}
+			k.kind.profile = k.mig.Profile
+		}
+		counts[k.kind]++
+		list = append(list, k)
+	}
+	var best *known
+	for i := range list {
+		if best == nil || counts[list[i].kind] > counts[best.kind] {
+			best = &list[i]
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	return best.gpu, best.mig
+}
