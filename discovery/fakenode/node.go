@@ -174,7 +174,7 @@ type lane struct {
 
 // build creates the node's devices from a spec and its validated layout.
 func build(spec *Spec, l *layout) (*Node, error) {
-	n := &Node{spec: *spec, stubs: newStubs()}
+	n := &Node{spec: *spec, stubs: sharedStubs()}
 	n.lib = newLibrary(n, l)
 	for i, gl := range l.gpus {
 		g := &gpu{

@@ -10,9 +10,9 @@ import (
 	"github.com/featureplug/featureplug/discovery/fakenode"
 )
 
-// linkMatrix reads what connects every pair of GPUs, as nvidia-smi topo -m
-// prints it: NV<n> when NVLink lanes connect them (directly, or through
-// NVSwitches both reach: the smaller lane count), else the PCIe level.
+// linkMatrix reads what connects every pair of GPUs: "NV<n>/" when NVLink
+// lanes connect them (directly, or through NVSwitches both reach: the
+// smaller lane count), then the PCIe level as nvidia-smi topo -m names it.
 func linkMatrix(t *testing.T, lib nvml.Interface) []string {
 	t.Helper()
 	count, _ := lib.DeviceGetCount()
@@ -71,7 +71,7 @@ func linkMatrix(t *testing.T, lib nvml.Interface) []string {
 			}
 			cell := levels[level]
 			if lanes > 0 {
-				cell = fmt.Sprintf("NV%d", lanes)
+				cell = fmt.Sprintf("NV%d/%s", lanes, cell)
 			}
 			cells = append(cells, cell)
 		}
@@ -97,23 +97,33 @@ func TestTopology(t *testing.T) {
 		node string
 		want []string
 	}{
-		{"dgx-h100", []string{
-			"X NV18 NV18 NV18 SYS SYS SYS SYS",
-			"NV18 X NV18 NV18 SYS SYS SYS SYS",
-			"NV18 NV18 X NV18 SYS SYS SYS SYS",
-			"NV18 NV18 NV18 X SYS SYS SYS SYS",
-			"SYS SYS SYS SYS X NV18 NV18 NV18",
-			"SYS SYS SYS SYS NV18 X NV18 NV18",
-			"SYS SYS SYS SYS NV18 NV18 X NV18",
-			"SYS SYS SYS SYS NV18 NV18 NV18 X",
+		{"dgx-a100", []string{
+			"X NV12/PXB NV12/NODE NV12/NODE NV12/SYS NV12/SYS NV12/SYS NV12/SYS",
+			"NV12/PXB X NV12/NODE NV12/NODE NV12/SYS NV12/SYS NV12/SYS NV12/SYS",
+			"NV12/NODE NV12/NODE X NV12/PXB NV12/SYS NV12/SYS NV12/SYS NV12/SYS",
+			"NV12/NODE NV12/NODE NV12/PXB X NV12/SYS NV12/SYS NV12/SYS NV12/SYS",
+			"NV12/SYS NV12/SYS NV12/SYS NV12/SYS X NV12/PXB NV12/NODE NV12/NODE",
+			"NV12/SYS NV12/SYS NV12/SYS NV12/SYS NV12/PXB X NV12/NODE NV12/NODE",
+			"NV12/SYS NV12/SYS NV12/SYS NV12/SYS NV12/NODE NV12/NODE X NV12/PXB",
+			"NV12/SYS NV12/SYS NV12/SYS NV12/SYS NV12/NODE NV12/NODE NV12/PXB X",
 		}},
-		{"a100-80gb-mixed", []string{"X NV4", "NV4 X"}},
+		{"dgx-h100", []string{
+			"X NV18/NODE NV18/NODE NV18/NODE SYS SYS SYS SYS",
+			"NV18/NODE X NV18/NODE NV18/NODE SYS SYS SYS SYS",
+			"NV18/NODE NV18/NODE X NV18/NODE SYS SYS SYS SYS",
+			"NV18/NODE NV18/NODE NV18/NODE X SYS SYS SYS SYS",
+			"SYS SYS SYS SYS X NV18/NODE NV18/NODE NV18/NODE",
+			"SYS SYS SYS SYS NV18/NODE X NV18/NODE NV18/NODE",
+			"SYS SYS SYS SYS NV18/NODE NV18/NODE X NV18/NODE",
+			"SYS SYS SYS SYS NV18/NODE NV18/NODE NV18/NODE X",
+		}},
+		{"a100-80gb-mixed", []string{"X NV4/NODE", "NV4/NODE X"}},
 		{"workstation", []string{"X"}},
 		{"testdata/topology.yaml", []string{
-			"X NV2 NV1 PHB",
-			"NV2 X NV1 NV6",
-			"NV1 NV1 X SYS",
-			"PHB NV6 SYS X",
+			"X NV2/NODE NV1/NODE PHB",
+			"NV2/NODE X NV1/PIX NV6/SYS",
+			"NV1/NODE NV1/PIX X SYS",
+			"PHB NV6/SYS SYS X",
 		}},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@ package fakenode
 import (
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -15,7 +16,7 @@ import (
 // for a feature the hardware lacks.
 
 // stubs holds, per mock struct type, a function value for each of its func
-// fields. It is built once per node and only read afterwards.
+// fields. It is built once, on first use, and only read afterwards.
 type stubs struct {
 	byType map[reflect.Type][]stubField
 }
@@ -38,6 +39,10 @@ func forwardTargets() map[string]reflect.Type {
 	}
 }
 
+// sharedStubs returns the stub tables, built once: they depend only on
+// go-nvml's types, and building them costs far more than building a node.
+var sharedStubs = sync.OnceValue(newStubs)
+
 func newStubs() *stubs {
 	s := &stubs{byType: map[reflect.Type][]stubField{}}
 	s.add(reflect.TypeFor[mock.Interface](), true)
@@ -52,6 +57,7 @@ func newStubs() *stubs {
 // that takes a handle first is forwarded to that handle's method of the same
 // name.
 func (s *stubs) add(t reflect.Type, forward bool) {
+	targets := forwardTargets()
 	var fields []stubField
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -61,7 +67,7 @@ func (s *stubs) add(t reflect.Type, forward bool) {
 		method := strings.TrimSuffix(f.Name, "Func")
 		fn := unsupportedFunc(f.Type)
 		if forward {
-			if fwd, ok := forwarder(method, f.Type); ok {
+			if fwd, ok := forwarder(targets, method, f.Type); ok {
 				fn = fwd
 			}
 		}
@@ -103,11 +109,11 @@ func results(ft reflect.Type, ret nvml.Return) []reflect.Value {
 // forwarder returns, for a library method like DeviceGetName(nvml.Device)
 // whose handle type has a matching method GetName(), a function that calls
 // the handle's method (ERROR_INVALID_ARGUMENT for a nil handle).
-func forwarder(method string, ft reflect.Type) (reflect.Value, bool) {
+func forwarder(targets map[string]reflect.Type, method string, ft reflect.Type) (reflect.Value, bool) {
 	if ft.NumIn() == 0 {
 		return reflect.Value{}, false
 	}
-	for prefix, target := range forwardTargets() {
+	for prefix, target := range targets {
 		name, ok := strings.CutPrefix(method, prefix)
 		if !ok || ft.In(0) != target {
 			continue

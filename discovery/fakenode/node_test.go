@@ -1,0 +1,291 @@
+package fakenode_test
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/featureplug/featureplug/discovery/fakenode"
+)
+
+// gpuView is what go-nvlib reads of one GPU.
+type gpuView struct {
+	Name     string
+	UUID     string
+	Bus      string
+	NUMA     int
+	Arch     string
+	Compute  string
+	MemMiB   uint64
+	MIG      bool
+	Profiles []string
+	MIGUUIDs []string
+}
+
+// view reads a node through go-nvlib, as discovery does.
+func view(t testing.TB, n *fakenode.Node) []gpuView {
+	t.Helper()
+	var out []gpuView
+	err := device.New(n.NVML()).VisitDevices(func(_ int, d device.Device) error {
+		var g gpuView
+		g.Name, _ = d.GetName()
+		g.UUID, _ = d.GetUUID()
+		g.Bus, _ = d.GetPCIBusID()
+		g.NUMA, _ = d.GetNumaNodeId()
+		g.Arch, _ = d.GetArchitectureAsString()
+		g.Compute, _ = d.GetCudaComputeCapabilityAsString()
+		mem, _ := d.GetMemoryInfo()
+		g.MemMiB = mem.Total >> 20
+		var err error
+		if g.MIG, err = d.IsMigEnabled(); err != nil {
+			return err
+		}
+		err = d.VisitMigDevices(func(_ int, m device.MigDevice) error {
+			p, err := m.GetProfile()
+			if err != nil {
+				return err
+			}
+			uuid, _ := m.GetUUID()
+			g.Profiles = append(g.Profiles, p.String())
+			g.MIGUUIDs = append(g.MIGUUIDs, uuid)
+			return nil
+		})
+		out = append(out, g)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestBundledNodes checks what go-nvlib reads of every bundled node.
+func TestBundledNodes(t *testing.T) {
+	type want struct {
+		gpus     int
+		name     string
+		arch     string
+		compute  string
+		memMiB   uint64
+		numa     []int
+		profiles [][]string // per GPU; nil: MIG disabled
+	}
+	a100Mixed := []string{"3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"}
+	a100TwoG := []string{"2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"}
+	balanced := []string{"3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"}
+	tests := map[string]want{
+		"dgx-a100": {8, "NVIDIA A100-SXM4-40GB", "Ampere", "8.0", 40960, []int{0, 0, 0, 0, 1, 1, 1, 1},
+			[][]string{a100Mixed, a100Mixed, a100TwoG, a100TwoG, nil, nil, nil, nil}},
+		"dgx-h100": {8, "NVIDIA H100 80GB HBM3", "Hopper", "9.0", 81559, []int{0, 0, 0, 0, 1, 1, 1, 1},
+			make([][]string, 8)},
+		"h200-mig":        {2, "NVIDIA H200", "Hopper", "9.0", 143771, []int{0, 0}, [][]string{balanced, balanced}},
+		"a100-80gb-mixed": {2, "NVIDIA A100-SXM4-80GB", "Ampere", "8.0", 81920, []int{0, 0}, [][]string{{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb+me"}, nil}},
+		"workstation":     {1, "NVIDIA L4", "Ada Lovelace", "8.9", 23034, []int{0}, [][]string{nil}},
+	}
+	names := fakenode.BundledNames()
+	if !slices.IsSorted(names) || len(names) != len(tests) {
+		t.Fatalf("BundledNames = %v, want the %d nodes of this test, sorted", names, len(tests))
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			w, ok := tests[name]
+			if !ok {
+				t.Fatalf("no expectations for bundled node %s", name)
+			}
+			n, err := fakenode.Named(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Name() != name {
+				t.Errorf("the file of bundled node %s names it %q", name, n.Name())
+			}
+			gpus := view(t, n)
+			if len(gpus) != w.gpus {
+				t.Fatalf("%d GPUs, want %d", len(gpus), w.gpus)
+			}
+			for i, g := range gpus {
+				if g.Name != w.name || g.Arch != w.arch || g.Compute != w.compute || g.MemMiB != w.memMiB || g.NUMA != w.numa[i] {
+					t.Errorf("GPU %d = %+v, want %s %s %s %d MiB NUMA %d", i, g, w.name, w.arch, w.compute, w.memMiB, w.numa[i])
+				}
+				if g.MIG != (w.profiles[i] != nil) || !slices.Equal(g.Profiles, w.profiles[i]) {
+					t.Errorf("GPU %d MIG %v %v, want %v", i, g.MIG, g.Profiles, w.profiles[i])
+				}
+			}
+		})
+	}
+}
+
+// TestDeterministicIDs checks UUID and bus ID formats, that loading a file
+// twice gives the same IDs, and that different nodes get different ones.
+func TestDeterministicIDs(t *testing.T) {
+	gpuRE := regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	migRE := regexp.MustCompile(`^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	busRE := regexp.MustCompile(`^0000:[0-9a-f]{2}:00\.0$`)
+	seen := map[string]string{}
+	for _, name := range fakenode.BundledNames() {
+		a, _ := fakenode.Named(name)
+		b, _ := fakenode.Named(name)
+		va, vb := view(t, a), view(t, b)
+		if !reflect.DeepEqual(va, vb) {
+			t.Errorf("%s: two builds differ:\n%+v\n%+v", name, va, vb)
+		}
+		for _, g := range va {
+			if !gpuRE.MatchString(g.UUID) || !busRE.MatchString(g.Bus) {
+				t.Errorf("%s: GPU UUID %q or bus ID %q malformed", name, g.UUID, g.Bus)
+			}
+			ids := append([]string{g.UUID}, g.MIGUUIDs...)
+			for _, m := range g.MIGUUIDs {
+				if !migRE.MatchString(m) {
+					t.Errorf("%s: MIG UUID %q malformed", name, m)
+				}
+			}
+			for _, id := range ids {
+				if other, dup := seen[id]; dup {
+					t.Errorf("UUID %s in both %s and %s", id, other, name)
+				}
+				seen[id] = name
+			}
+		}
+	}
+}
+
+// TestOpenAndReload checks Open by name and by path, Path and Reload.
+func TestOpenAndReload(t *testing.T) {
+	byName, err := fakenode.Open("h200-mig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byName.Path() != "" {
+		t.Errorf("bundled node has path %q", byName.Path())
+	}
+	again, err := byName.Reload()
+	if err != nil || !reflect.DeepEqual(view(t, again), view(t, byName)) {
+		t.Errorf("Reload of a bundled node: %v", err)
+	}
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "node.yaml")
+	data, err := os.ReadFile("testdata/compute-instances.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	byPath, err := fakenode.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byPath.Path() != path || byPath.Name() != "compute-instances" {
+		t.Errorf("Open(%s): path %q, name %q", path, byPath.Path(), byPath.Name())
+	}
+	before := view(t, byPath)
+	changed := strings.Replace(string(data), "computeInstances: [1, 1, 2]", "computeInstances: [4]", 1)
+	if err := os.WriteFile(path, []byte(changed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	after, err := byPath.Reload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := view(t, after)
+	if got[0].UUID != before[0].UUID || got[0].MIGUUIDs[0] != before[0].MIGUUIDs[0] {
+		t.Errorf("reloading changed the GPU or the unchanged MIG device's UUID")
+	}
+	if want := []string{"1c.3g.20gb", "2c.3g.20gb", "4g.20gb"}; !slices.Equal(got[0].Profiles, want) {
+		t.Errorf("after the change: %v, want %v", got[0].Profiles, want)
+	}
+	if _, err := fakenode.Named("../nodes/dgx-a100"); err == nil {
+		t.Error("Named accepted a path")
+	}
+	parsed, _ := fakenode.Parse("x.yaml", data)
+	if _, err := parsed.Reload(); err == nil {
+		t.Error("Reload of a parsed node succeeded")
+	}
+}
+
+// TestConcurrentUse reads, reconfigures and raises events on one node from
+// several goroutines; run with -race.
+func TestConcurrentUse(t *testing.T) {
+	n, err := fakenode.Named("dgx-a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := n.NVML()
+	set := listen(t, n, nvml.EventTypeXidCriticalError)
+	defer set.Free()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 20 {
+				view(t, n)
+			}
+		})
+	}
+	wg.Go(func() {
+		dev, _ := lib.DeviceGetHandleByIndex(4)
+		if ret, _ := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+			t.Error(ret)
+			return
+		}
+		info, _ := dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+		for range 20 {
+			gi, ret := dev.CreateGpuInstance(&info)
+			if ret != nvml.SUCCESS {
+				t.Error(ret)
+				return
+			}
+			ciInfo, _ := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 0)
+			ci, _ := gi.CreateComputeInstance(&ciInfo)
+			ci.Destroy()
+			gi.Destroy()
+		}
+	})
+	wg.Go(func() {
+		for i := range 50 {
+			if err := n.InjectXID(i%8, 79); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Go(func() {
+		for received := 0; received < 50; {
+			if _, ret := set.Wait(5000); ret != nvml.SUCCESS {
+				t.Errorf("Wait: %v after %d events", ret, received)
+				return
+			}
+			received++
+		}
+	})
+	wg.Wait()
+}
+
+// BenchmarkBuildNode measures parsing, validating and building the largest
+// bundled node.
+func BenchmarkBuildNode(b *testing.B) {
+	for b.Loop() {
+		if _, err := fakenode.Named("dgx-a100"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReadNode measures a go-nvlib pass over every GPU and MIG device
+// of the largest bundled node.
+func BenchmarkReadNode(b *testing.B) {
+	n, err := fakenode.Named("dgx-a100")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		view(b, n)
+	}
+}
