@@ -1,0 +1,467 @@
+package rules
+
+import (
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"text/template"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/featureplug/featureplug/discovery"
+)
+
+// MaxFileSize is the largest rules file Load and Parse accept.
+const MaxFileSize = 1 << 20
+
+// builtinFS holds the rule files shipped with featureplug.
+//
+//go:embed builtin/*.yaml
+var builtinFS embed.FS
+
+// builtinPrefix marks a builtin file in error messages.
+const builtinPrefix = "builtin:"
+
+// RuleSet is a loaded, validated rules file. It is immutable and safe for
+// concurrent use.
+type RuleSet struct {
+	source   string
+	rules    []*rule
+	warnings []string
+}
+
+// rule is one compiled rule.
+type rule struct {
+	index    int
+	name     string
+	line     int // line of the rule
+	devices  DeviceKind
+	nfd      nfdv1alpha1.Rule // the matchers, as NFD evaluates them
+	selector labels.Selector  // nil: every node
+	nodeMiss string           // why the rule skips a node its selector rejects
+
+	resource     string             // literal name, or template text
+	resourceLine int                // line of the resource field
+	tmpl         *template.Template // nil for a literal name
+	tmplInputs   []string           // attributes the template reads
+	tmplMemoize  bool               // whether tmplInputs are all it reads
+
+	sharing Sharing // normalized; MPS holds only the values written
+
+	// explain holds the matchers split into single expressions, in a stable
+	// order, to say which one failed.
+	explainAll []termExplainer
+	explainAny [][]termExplainer
+
+	// inputs are the per-device attributes the matchers read; two devices
+	// that agree on them get the same verdict, so Plan evaluates the rule
+	// once per distinct input. memoize is false when the rule reads more
+	// than named attributes (matchName on a per-device feature).
+	inputs  []input
+	memoize bool
+}
+
+// input is one attribute of a per-device (instance) feature.
+type input struct {
+	feature, key string
+}
+
+// Source names the file the rules came from ("builtin:<name>" for a
+// builtin file).
+func (rs *RuleSet) Source() string { return rs.source }
+
+// Warnings returns the problems that do not stop the rules from loading,
+// such as matching on a feature featureplug never publishes.
+func (rs *RuleSet) Warnings() []string { return slices.Clone(rs.warnings) }
+
+// RuleNames returns the names of the rules, in order.
+func (rs *RuleSet) RuleNames() []string {
+	names := make([]string, len(rs.rules))
+	for i, r := range rs.rules {
+		names[i] = r.name
+	}
+	return names
+}
+
+// BuiltinNames returns the names of the rule files shipped with
+// featureplug, sorted: "mixed", "none", "per-model", "single".
+func BuiltinNames() []string {
+	entries, err := builtinFS.ReadDir("builtin")
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Load loads a builtin rules file by name (see BuiltinNames) or a rules
+// file by path. A name is looked up among the builtin files first; write
+// "./mixed" to load a file called mixed from the working directory.
+func Load(nameOrPath string) (*RuleSet, error) {
+	if slices.Contains(BuiltinNames(), nameOrPath) {
+		data, err := builtinFS.ReadFile("builtin/" + nameOrPath + ".yaml")
+		if err != nil {
+			return nil, fmt.Errorf("reading builtin rules %q: %w", nameOrPath, err)
+		}
+		return Parse(builtinPrefix+nameOrPath, data)
+	}
+	f, err := os.Open(nameOrPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading rules file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading rules file %s: %w", nameOrPath, err)
+	}
+	return Parse(nameOrPath, data)
+}
+
+// Default returns the rules used when no file is given: the builtin
+// "none" rules, which advertise every whole GPU as nvidia.com/gpu.
+func Default() *RuleSet {
+	rs, err := Load("none")
+	if err != nil {
+		panic("builtin rules \"none\" do not load: " + err.Error())
+	}
+	return rs
+}
+
+// Parse loads a rules file from its content; source names the file in
+// errors and warnings. It returns every problem it finds, joined with
+// errors.Join, each an *Error naming the file, line, rule and field.
+func Parse(source string, data []byte) (*RuleSet, error) {
+	if len(data) > MaxFileSize {
+		return nil, &Error{Source: source, Rule: -1, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}
+	}
+	doc, err := parseDocument(data)
+	if de := (*docError)(nil); errors.As(err, &de) {
+		return nil, &Error{Source: source, Line: de.line, Rule: -1, Msg: de.msg}
+	} else if err != nil {
+		return nil, &Error{Source: source, Rule: -1, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	c := &checker{source: source, doc: doc}
+
+	for _, u := range doc.unknownFields(reflect.TypeFor[fileSpec]()) {
+		rule, field := c.split(u.at)
+		msg := fmt.Sprintf("unknown field %q", u.key)
+		if u.duplicate > 0 {
+			msg = fmt.Sprintf("%q is given twice (first on line %d)", u.key, u.duplicate)
+		}
+		c.add(false, &Error{Line: u.line, Rule: rule, Field: field.String(), Msg: msg})
+	}
+
+	var spec fileSpec
+	decode := yaml.Unmarshal
+	if len(c.errs) == 0 {
+		// Nothing unknown found: decode strictly anyway, which also
+		// rejects duplicate keys and unknown fields behind aliases.
+		decode = yaml.UnmarshalStrict
+	}
+	if err := decode(data, &spec); err != nil {
+		c.decodeError(err)
+		return nil, errors.Join(c.errs...)
+	}
+
+	if spec.APIVersion != APIVersion {
+		c.add(false, &Error{Line: doc.line(path{"apiVersion"}), Rule: -1, Field: "apiVersion",
+			Value: strconv.Quote(spec.APIVersion), Msg: fmt.Sprintf("must be %q", APIVersion)})
+	}
+	if spec.Kind != Kind {
+		c.add(false, &Error{Line: doc.line(path{"kind"}), Rule: -1, Field: "kind",
+			Value: strconv.Quote(spec.Kind), Msg: fmt.Sprintf("must be %q", Kind)})
+	}
+	if len(spec.Rules) == 0 {
+		c.add(true, &Error{Line: doc.line(path{"rules"}), Rule: -1, Field: "rules", Msg: "no rules: no device will be advertised"})
+	}
+
+	sample := sampleInventory()
+	c.schema = newSchema(discovery.Features(sample))
+	c.sample = sample
+
+	rs := &RuleSet{source: source}
+	names := make(map[string]int, len(spec.Rules))
+	literal := make(map[string]*rule)
+	for i := range spec.Rules {
+		before := len(c.errs)
+		r := c.compile(i, &spec.Rules[i])
+		broken := len(c.errs) > before
+		if r.name != "" {
+			if first, dup := names[r.name]; dup {
+				c.ruleError(r, path{"name"}, strconv.Quote(r.name), fmt.Sprintf("name already used by rules[%d]", first))
+			} else {
+				names[r.name] = i
+			}
+		}
+		// Comparing a broken rule's sharing with the others would only
+		// repeat its errors.
+		if !broken && r.tmpl == nil && r.resource != "" {
+			if first, ok := literal[r.resource]; ok && first.sharing.key() != r.sharing.key() {
+				c.ruleError(r, path{"sharing"}, r.sharing.String(),
+					fmt.Sprintf("resource %q is also given by rules[%d] %q with sharing %s; a resource has one sharing",
+						r.resource, first.index, first.name, first.sharing.String()))
+			} else if !ok {
+				literal[r.resource] = r
+			}
+		}
+		rs.rules = append(rs.rules, r)
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	rs.warnings = c.warnings
+	return rs, nil
+}
+
+// checker collects the errors and warnings of one Parse.
+type checker struct {
+	source   string
+	doc      *document
+	schema   schema
+	sample   *discovery.Inventory
+	errs     []error
+	warnings []string
+}
+
+// split turns a document path into a rule index (-1 for none) and the path
+// inside the rule.
+func (c *checker) split(p path) (int, path) {
+	if len(p) >= 2 && p[0] == "rules" {
+		if i, ok := p[1].(int); ok {
+			return i, p[2:]
+		}
+	}
+	return -1, p
+}
+
+// add records an error or, with warning set, a warning. It fills in the
+// source and, from the document, the rule's name.
+func (c *checker) add(warning bool, e *Error) {
+	e.Source = c.source
+	if e.Rule >= 0 && e.RuleName == "" {
+		e.RuleName = c.doc.scalar(path{"rules", e.Rule, "name"})
+	}
+	if warning {
+		c.warnings = append(c.warnings, e.Error())
+		return
+	}
+	c.errs = append(c.errs, e)
+}
+
+// ruleError records an error on a field of a rule.
+func (c *checker) ruleError(r *rule, field path, value, msg string) {
+	c.add(false, &Error{Line: c.doc.line(path{"rules", r.index}.with(field...)), Rule: r.index, RuleName: r.name,
+		Field: field.String(), Value: value, Msg: msg})
+}
+
+// ruleWarning records a warning on a field of a rule.
+func (c *checker) ruleWarning(r *rule, field path, value, msg string) {
+	c.add(true, &Error{Line: c.doc.line(path{"rules", r.index}.with(field...)), Rule: r.index, RuleName: r.name,
+		Field: field.String(), Value: value, Msg: msg})
+}
+
+// decodeError records a decoding failure, located in the document where the
+// decoder says enough.
+func (c *checker) decodeError(err error) {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		have, _, _ := strings.Cut(te.Value, " ")
+		if at, line, ok := c.doc.locateTypeError(reflect.TypeFor[fileSpec](), te.Field, have); ok {
+			rule, field := c.split(at)
+			c.add(false, &Error{Line: line, Rule: rule, Field: field.String(), Value: c.doc.scalar(at),
+				Msg: fmt.Sprintf("must be %s, not %s", jsonTypeName(te.Type), have)})
+			return
+		}
+		c.add(false, &Error{Rule: -1, Field: te.Field, Msg: fmt.Sprintf("must be %s, not %s", jsonTypeName(te.Type), te.Value)})
+		return
+	}
+	msg := err.Error()
+	for _, p := range []string{"error converting YAML to JSON: ", "error unmarshaling JSON: ", "while decoding JSON: ", "json: ", "yaml: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	c.add(false, &Error{Rule: -1, Msg: msg})
+}
+
+// jsonTypeName says in words what a Go type takes in YAML.
+func jsonTypeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a mapping"
+	}
+	return t.String()
+}
+
+// compile validates one rule and turns it into its evaluated form,
+// recording what is wrong with it.
+func (c *checker) compile(i int, s *ruleSpec) *rule {
+	r := &rule{
+		index:        i,
+		name:         s.Name,
+		line:         c.doc.line(path{"rules", i}),
+		devices:      s.Devices,
+		resource:     s.Resource,
+		resourceLine: c.doc.line(path{"rules", i, "resource"}),
+	}
+	if s.Name == "" {
+		c.ruleError(r, path{"name"}, "", "required: rules are named in plans and explanations")
+	}
+	switch s.Devices {
+	case DeviceGPU, DeviceMIG:
+	case "":
+		c.ruleError(r, path{"devices"}, "", `required: "gpu" or "mig"`)
+	default:
+		c.ruleError(r, path{"devices"}, strconv.Quote(string(s.Devices)), `must be "gpu" or "mig"`)
+	}
+
+	r.nfd = nfdv1alpha1.Rule{Name: s.Name, MatchFeatures: s.MatchFeatures, MatchAny: s.MatchAny}
+	r.explainAll = c.checkMatcher(r, path{"matchFeatures"}, s.MatchFeatures)
+	for j := range s.MatchAny {
+		r.explainAny = append(r.explainAny, c.checkMatcher(r, path{"matchAny", j, "matchFeatures"}, s.MatchAny[j].MatchFeatures))
+	}
+	r.inputs, r.memoize = c.inputs(s)
+
+	c.compileSelector(r, s.NodeSelector)
+	c.compileResource(r)
+	c.compileSharing(r, s.Sharing)
+	return r
+}
+
+// compileSelector validates the node selector.
+func (c *checker) compileSelector(r *rule, sel *metav1.LabelSelector) {
+	if sel == nil {
+		return
+	}
+	selector, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		c.ruleError(r, path{"nodeSelector"}, "", err.Error())
+		return
+	}
+	r.selector = selector
+	r.nodeMiss = fmt.Sprintf("nodeSelector %q does not select this node", selector.String())
+}
+
+// compileResource validates a literal resource name, or parses a template
+// and tries it on a sample device.
+func (c *checker) compileResource(r *rule) {
+	field := path{"resource"}
+	switch {
+	case r.resource == "":
+		c.ruleError(r, field, "", "required: the extended resource name, e.g. nvidia.com/gpu")
+	case !isTemplate(r.resource):
+		if err := ValidateResourceName(r.resource); err != nil {
+			c.ruleError(r, field, "", err.Error())
+		}
+	default:
+		t, err := parseTemplate(r.name, r.resource)
+		if err != nil {
+			c.ruleError(r, field, strconv.Quote(r.resource), "invalid template: "+err.Error())
+			return
+		}
+		if r.devices != DeviceGPU && r.devices != DeviceMIG {
+			r.tmpl = t
+			return
+		}
+		attrs := sampleAttributes(c.sample, r.devices)
+		name, err := executeTemplate(t, attrs)
+		if err != nil {
+			c.ruleError(r, field, strconv.Quote(r.resource), "template fails on a sample "+string(r.devices)+" device: "+err.Error())
+			return
+		}
+		r.tmpl = t
+		r.tmplInputs, r.tmplMemoize = templateInputs(t, attrs)
+		if err := ValidateResourceName(name); err != nil {
+			c.ruleWarning(r, field, strconv.Quote(r.resource),
+				fmt.Sprintf("on a sample %s device (%s) the template gives an invalid name: %v", r.devices, sampleDescription(c.sample, r.devices), err))
+		}
+	}
+}
+
+// sampleDescription names the sample device of a kind in warnings.
+func sampleDescription(inv *discovery.Inventory, kind DeviceKind) string {
+	if kind == DeviceMIG {
+		return inv.GPUs[1].Product + " MIG " + inv.GPUs[1].MIGDevices[0].Profile
+	}
+	return inv.GPUs[0].Product
+}
+
+// compileSharing validates the sharing settings and normalizes them.
+func (c *checker) compileSharing(r *rule, s *sharingSpec) {
+	r.sharing = Sharing{Strategy: SharingNone, Replicas: 1}
+	if s == nil {
+		return
+	}
+	strategy := s.Strategy
+	switch strategy {
+	case "":
+		strategy = SharingNone
+	case SharingNone, SharingTimeSlicing:
+	case SharingMPS:
+		if r.devices == DeviceMIG {
+			c.ruleError(r, path{"sharing", "strategy"}, strconv.Quote(string(strategy)),
+				"mps is only for devices: gpu (a MIG device is already a partition)")
+		}
+	default:
+		c.ruleError(r, path{"sharing", "strategy"}, strconv.Quote(string(strategy)), `must be "none", "time-slicing" or "mps"`)
+	}
+	r.sharing.Strategy = strategy
+	r.sharing.FailRequestsGreaterThanOne = s.FailRequestsGreaterThanOne
+
+	switch {
+	case s.Replicas == nil && (strategy == SharingTimeSlicing || strategy == SharingMPS):
+		c.ruleError(r, path{"sharing", "replicas"}, "", fmt.Sprintf("required for strategy %s: how many containers share one device", strategy))
+	case s.Replicas == nil:
+	case *s.Replicas < 1:
+		c.ruleError(r, path{"sharing", "replicas"}, strconv.Itoa(*s.Replicas), "must be at least 1")
+	case strategy == SharingNone && *s.Replicas > 1:
+		c.ruleError(r, path{"sharing", "replicas"}, strconv.Itoa(*s.Replicas),
+			"strategy none shares nothing: set strategy time-slicing or mps, or replicas 1")
+	default:
+		r.sharing.Replicas = *s.Replicas
+	}
+
+	if s.MPS != nil && strategy != SharingMPS {
+		c.ruleError(r, path{"sharing", "mps"}, "", fmt.Sprintf("only for strategy mps (have strategy %s)", strategy))
+	}
+	if strategy != SharingMPS {
+		return
+	}
+	r.sharing.MPS = &MPSLimits{}
+	if s.MPS == nil {
+		return
+	}
+	if p := s.MPS.PinnedMemoryLimitMiB; p != nil {
+		if *p < 1 {
+			c.ruleError(r, path{"sharing", "mps", "pinnedMemoryLimitMiB"}, strconv.FormatUint(*p, 10), "must be at least 1")
+		}
+		r.sharing.MPS.PinnedMemoryLimitMiB = *p
+	}
+	if a := s.MPS.ActiveThreadPercentage; a != nil {
+		if *a < 1 || *a > 100 {
+			c.ruleError(r, path{"sharing", "mps", "activeThreadPercentage"}, strconv.Itoa(*a), "must be between 1 and 100")
+		}
+		r.sharing.MPS.ActiveThreadPercentage = *a
+	}
+}

@@ -1,0 +1,434 @@
+package rules
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/labels"
+	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
+	"sigs.k8s.io/node-feature-discovery/pkg/apis/nfd/nodefeaturerule"
+
+	"github.com/featureplug/featureplug/discovery"
+)
+
+// Reasons a rule skips a device because of its kind.
+const (
+	missWantsMIG   = "devices: mig (device is a gpu)"
+	missWantsGPU   = "devices: gpu (device is a mig device)"
+	missMIGEnabled = "devices: gpu claims only GPUs with MIG disabled (MIG is enabled)"
+)
+
+// target is one device being decided, with the features its rules see.
+type target struct {
+	kind     DeviceKind
+	gpu      *discovery.GPU
+	mig      *discovery.MIGDevice // nil for a whole GPU
+	attrs    map[string]string    // the device's own attributes
+	features *nfdv1alpha1.Features
+}
+
+// Plan decides, for every device of the inventory, which rule claims it and
+// which resource it becomes; nodeLabels are the node's labels, which rules'
+// node selectors select on.
+//
+// Each device is matched on its own features: the node-level features
+// (nvidia.driver, nvidia.capabilities) and exactly one instance of its own
+// feature, nvidia.gpu for a whole GPU or nvidia.mig for a MIG device, whose
+// parent GPU is then also the only nvidia.gpu instance. The rules are tried
+// in order with NFD's evaluator; the first that matches claims the device.
+//
+// Plan fails, returning every problem, when a template gives an invalid
+// resource name, when one resource would get two sharing settings, or when a
+// GPU and one of its MIG devices are both claimed; callers then keep their
+// last good plan.
+func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) (*Plan, error) {
+	feats := discovery.Features(inv)
+	gpuInst := feats.Instances[discovery.FeatureGPU].Elements
+	migInst := feats.Instances[discovery.FeatureMIG].Elements
+
+	nodeMiss := make([]string, len(rs.rules))
+	node := labels.Set(nodeLabels)
+	for i, r := range rs.rules {
+		if r.selector != nil && !r.selector.Matches(node) {
+			nodeMiss[i] = r.nodeMiss
+		}
+	}
+
+	pl := &planner{rs: rs, nodeMiss: nodeMiss, claims: make(map[string]*claim), memo: make([]map[string]verdict, len(rs.rules)), names: make([]map[string]rendered, len(rs.rules))}
+	plan := &Plan{
+		Decisions: make([]Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()),
+		Links:     cloneLinks(inv.Links),
+	}
+	m := 0
+	for gi := range inv.GPUs {
+		g := &inv.GPUs[gi]
+		gpuAttrs := instanceFor(gpuInst, gi, g.UUID, func() map[string]string { return discovery.GPUAttributes(inv, g) })
+		gpuSet := nfdv1alpha1.InstanceFeatureSet{Elements: []nfdv1alpha1.InstanceFeature{{Attributes: gpuAttrs}}}
+		plan.Decisions = append(plan.Decisions, pl.decide(&target{
+			kind: DeviceGPU, gpu: g, attrs: gpuAttrs,
+			features: &nfdv1alpha1.Features{
+				Flags:      feats.Flags,
+				Attributes: feats.Attributes,
+				Instances:  map[string]nfdv1alpha1.InstanceFeatureSet{discovery.FeatureGPU: gpuSet},
+			},
+		}))
+		for mi := range g.MIGDevices {
+			d := &g.MIGDevices[mi]
+			migAttrs := instanceFor(migInst, m, d.UUID, func() map[string]string { return discovery.MIGAttributes(g, d) })
+			m++
+			plan.Decisions = append(plan.Decisions, pl.decide(&target{
+				kind: DeviceMIG, gpu: g, mig: d, attrs: migAttrs,
+				features: &nfdv1alpha1.Features{
+					Flags:      feats.Flags,
+					Attributes: feats.Attributes,
+					Instances: map[string]nfdv1alpha1.InstanceFeatureSet{
+						discovery.FeatureGPU: gpuSet,
+						discovery.FeatureMIG: {Elements: []nfdv1alpha1.InstanceFeature{{Attributes: migAttrs}}},
+					},
+				},
+			}))
+		}
+	}
+	pl.checkParents()
+	if len(pl.errs) > 0 {
+		return nil, errors.Join(pl.errs...)
+	}
+	plan.Resources = pl.resources()
+	for i := range plan.Decisions {
+		d := &plan.Decisions[i]
+		if d.Resource != "" {
+			r, _ := plan.Resource(d.Resource)
+			s := r.Sharing
+			d.Sharing = &s
+		}
+	}
+	return plan, nil
+}
+
+// instanceFor returns the attributes of element i of a feature's instances
+// when it is the device with the given UUID (discovery.Features orders them
+// as the inventory), and otherwise computes them.
+func instanceFor(elems []nfdv1alpha1.InstanceFeature, i int, uuid string, compute func() map[string]string) map[string]string {
+	if i < len(elems) && elems[i].Attributes[discovery.AttrUUID] == uuid {
+		return elems[i].Attributes
+	}
+	return compute()
+}
+
+// cloneLinks copies a link matrix, so that the plan shares nothing with the
+// inventory.
+func cloneLinks(m discovery.LinkMatrix) discovery.LinkMatrix {
+	if m == nil {
+		return nil
+	}
+	out := make(discovery.LinkMatrix, len(m))
+	for i := range m {
+		out[i] = slices.Clone(m[i])
+	}
+	return out
+}
+
+// planner holds the state of one Plan call.
+type planner struct {
+	rs       *RuleSet
+	nodeMiss []string          // per rule: why it skips this node, "" when it does not
+	claims   map[string]*claim // by resource name
+	order    []string          // resource names in first-claim order
+	errs     []error
+
+	memo    []map[string]verdict  // per rule: verdicts by input values
+	names   []map[string]rendered // per rule: template results by input values
+	sig     []byte                // scratch space for input signatures
+	skipped []RuleMiss            // scratch space for the misses of one decision
+}
+
+// verdict is the outcome of one rule on one set of inputs.
+type verdict struct {
+	match bool
+	why   string // when not matched
+}
+
+// evaluate runs a rule's matchers on a device with NFD's evaluator, and
+// explains a miss. Devices that agree on every input of the rule share one
+// evaluation.
+func (pl *planner) evaluate(r *rule, t *target) verdict {
+	if !r.memoize {
+		return evaluate(r, t.features)
+	}
+	pl.sig = pl.sig[:0]
+	for _, in := range r.inputs {
+		set := t.features.Instances[in.feature]
+		v, ok := "", false
+		if len(set.Elements) > 0 {
+			v, ok = set.Elements[0].Attributes[in.key]
+		}
+		if ok {
+			pl.sig = append(pl.sig, 1)
+		} else {
+			pl.sig = append(pl.sig, 0)
+		}
+		pl.sig = append(pl.sig, v...)
+		pl.sig = append(pl.sig, 0)
+	}
+	if pl.memo[r.index] == nil {
+		pl.memo[r.index] = make(map[string]verdict)
+	} else if v, ok := pl.memo[r.index][string(pl.sig)]; ok {
+		return v
+	}
+	v := evaluate(r, t.features)
+	pl.memo[r.index][string(pl.sig)] = v
+	return v
+}
+
+// rendered is a template's result for one device.
+type rendered struct {
+	name    string
+	err     error // the template failed
+	invalid error // the name is not a valid resource name
+}
+
+// render runs a rule's resource template on a device and validates the
+// name. Devices that agree on every attribute the template reads share one
+// run.
+func (pl *planner) render(r *rule, t *target) rendered {
+	run := func() rendered {
+		name, err := executeTemplate(r.tmpl, t.attrs)
+		if err != nil {
+			return rendered{err: err}
+		}
+		return rendered{name: name, invalid: ValidateResourceName(name)}
+	}
+	if !r.tmplMemoize {
+		return run()
+	}
+	pl.sig = pl.sig[:0]
+	for _, k := range r.tmplInputs {
+		pl.sig = append(pl.sig, t.attrs[k]...)
+		pl.sig = append(pl.sig, 0)
+	}
+	if pl.names[r.index] == nil {
+		pl.names[r.index] = make(map[string]rendered)
+	} else if v, ok := pl.names[r.index][string(pl.sig)]; ok {
+		return v
+	}
+	v := run()
+	pl.names[r.index][string(pl.sig)] = v
+	return v
+}
+
+// evaluate runs a rule's matchers on a device's features.
+func evaluate(r *rule, f *nfdv1alpha1.Features) verdict {
+	out, err := nodefeaturerule.Execute(&r.nfd, f, true)
+	switch {
+	case err != nil:
+		return verdict{why: "error: " + err.Error()}
+	case out.MatchStatus == nil || !out.MatchStatus.IsMatch:
+		return verdict{why: r.whyNot(f)}
+	}
+	return verdict{match: true}
+}
+
+// claim is a resource being assembled.
+type claim struct {
+	rule    *rule // the first rule that gave the resource
+	sharing Sharing
+	devices []claimed
+	minMem  uint64 // smallest device memory, for MPS defaults
+}
+
+// claimed is a device given to a resource, with what sorting and checking
+// need.
+type claimed struct {
+	Device
+	mig  int // MIG index, -1 for a whole GPU
+	rule *rule
+}
+
+// decide runs the rules on one device.
+func (pl *planner) decide(t *target) Decision {
+	d := Decision{Kind: t.kind, Description: describe(t)}
+	if t.mig != nil {
+		d.Device = t.mig.UUID
+	} else {
+		d.Device = t.gpu.UUID
+	}
+	skipped := pl.skipped[:0]
+	defer func() { pl.skipped = skipped }()
+	for i, r := range pl.rs.rules {
+		if why := pl.nodeMiss[i]; why != "" {
+			skipped = append(skipped, RuleMiss{Rule: r.name, Reason: why})
+			continue
+		}
+		if r.devices != t.kind {
+			why := missWantsMIG
+			if t.kind == DeviceMIG {
+				why = missWantsGPU
+			}
+			skipped = append(skipped, RuleMiss{Rule: r.name, Reason: why})
+			continue
+		}
+		if t.kind == DeviceGPU && t.gpu.MIGEnabled {
+			skipped = append(skipped, RuleMiss{Rule: r.name, Reason: missMIGEnabled})
+			continue
+		}
+		if v := pl.evaluate(r, t); !v.match {
+			skipped = append(skipped, RuleMiss{Rule: r.name, Reason: v.why})
+			continue
+		}
+		d.Rule = r.name
+		d.Resource = pl.claim(r, t, d.Description)
+		break
+	}
+	if len(skipped) > 0 {
+		d.Skipped = slices.Clone(skipped)
+	}
+	return d
+}
+
+// describe names a device for people: "GPU 0 NVIDIA A100-SXM4-40GB" or
+// "GPU 0 MIG 1 (3g.20gb)".
+func describe(t *target) string {
+	if t.mig != nil {
+		return fmt.Sprintf("GPU %d MIG %d (%s)", t.gpu.Index, t.mig.Index, t.mig.Profile)
+	}
+	return fmt.Sprintf("GPU %d %s", t.gpu.Index, t.gpu.Product)
+}
+
+// claim gives a device to the resource a rule names, and returns the name
+// ("" after an error).
+func (pl *planner) claim(r *rule, t *target, desc string) string {
+	name := r.resource
+	if r.tmpl != nil {
+		rendered := pl.render(r, t)
+		if rendered.err != nil {
+			pl.fail(r, "resource", strconv.Quote(r.resource), fmt.Sprintf("template fails on %s: %v", desc, rendered.err))
+			return ""
+		}
+		name = rendered.name
+		if rendered.invalid != nil {
+			pl.fail(r, "resource", strconv.Quote(r.resource), fmt.Sprintf("template gives %q for %s (%s): %v", name, desc, t.attrs[discovery.AttrUUID], rendered.invalid))
+			return ""
+		}
+	}
+	// A devices: gpu rule only claims GPUs with MIG disabled, and the mps
+	// strategy is refused at load time for devices: mig, so this holds by
+	// construction; it is checked again because serving MPS on a MIG-enabled
+	// GPU would fail on the node.
+	if r.sharing.Strategy == SharingMPS && (t.mig != nil || t.gpu.MIGEnabled) {
+		pl.fail(r, "sharing.strategy", "mps", fmt.Sprintf("mps cannot share %s: MIG is enabled on its GPU", desc))
+		return ""
+	}
+	c, ok := pl.claims[name]
+	if !ok {
+		c = &claim{rule: r, sharing: r.sharing, minMem: t.memory()}
+		pl.claims[name] = c
+		pl.order = append(pl.order, name)
+	} else if c.rule != r && c.sharing.key() != r.sharing.key() {
+		pl.fail(r, "sharing", r.sharing.String(), fmt.Sprintf("resource %q of %s is also given by rules[%d] %q with sharing %s; a resource has one sharing",
+			name, desc, c.rule.index, c.rule.name, c.sharing.String()))
+		return ""
+	}
+	c.minMem = min(c.minMem, t.memory())
+	dev := claimed{mig: -1, rule: r, Device: Device{
+		ID:        t.gpu.UUID,
+		Kind:      t.kind,
+		GPUUUID:   t.gpu.UUID,
+		GPUIndex:  t.gpu.Index,
+		Index:     strconv.Itoa(t.gpu.Index),
+		NUMANode:  t.gpu.NUMANode,
+		MemoryMiB: t.gpu.MemoryMiB,
+		Rule:      r.name,
+	}}
+	if t.mig != nil {
+		dev.mig = t.mig.Index
+		dev.ID = t.mig.UUID
+		dev.Index += ":" + strconv.Itoa(t.mig.Index)
+		dev.Profile = t.mig.Profile
+		dev.MemoryMiB = t.mig.MemoryMiB
+	}
+	c.devices = append(c.devices, dev)
+	return name
+}
+
+// memory is the device's memory in MiB.
+func (t *target) memory() uint64 {
+	if t.mig != nil {
+		return t.mig.MemoryMiB
+	}
+	return t.gpu.MemoryMiB
+}
+
+// fail records a plan-time error on a rule's field.
+func (pl *planner) fail(r *rule, field, value, msg string) {
+	line := r.line
+	if field == "resource" {
+		line = r.resourceLine
+	}
+	pl.errs = append(pl.errs, &Error{Source: pl.rs.source, Line: line, Rule: r.index, RuleName: r.name, Field: field, Value: value, Msg: msg})
+}
+
+// checkParents refuses plans that claim a GPU and one of its own MIG
+// devices. A devices: gpu rule only claims GPUs with MIG disabled, and
+// discovery lists MIG devices only for GPUs with MIG enabled, so this only
+// happens with an inconsistent inventory; a device must never be handed out
+// twice, so it is checked anyway.
+func (pl *planner) checkParents() {
+	whole := make(map[string]*claimed)
+	seen := make(map[string]bool)
+	for _, name := range pl.order {
+		for i := range pl.claims[name].devices {
+			d := &pl.claims[name].devices[i]
+			if seen[d.ID] {
+				pl.errs = append(pl.errs, &Error{Source: pl.rs.source, Rule: -1, Value: d.ID,
+					Msg: fmt.Sprintf("device %s is in the inventory twice", d.Index)})
+			}
+			seen[d.ID] = true
+			if d.Kind == DeviceGPU {
+				whole[d.GPUUUID] = d
+			}
+		}
+	}
+	for _, name := range pl.order {
+		for _, d := range pl.claims[name].devices {
+			if d.Kind != DeviceMIG {
+				continue
+			}
+			if g, ok := whole[d.GPUUUID]; ok {
+				pl.fail(d.rule, "devices", "mig", fmt.Sprintf("MIG device %s (%s) is claimed while rule %q claims its whole GPU %s; a GPU and its own MIG devices cannot both be advertised",
+					d.Index, d.Profile, g.Rule, g.Index))
+			}
+		}
+	}
+}
+
+// resources assembles the claims into resources sorted by name, their
+// devices sorted by GPU index then MIG index, with MPS defaults filled in.
+func (pl *planner) resources() []Resource {
+	out := make([]Resource, 0, len(pl.claims))
+	for name, c := range pl.claims {
+		s := c.sharing
+		if s.MPS != nil {
+			mps := *s.MPS
+			if mps.PinnedMemoryLimitMiB == 0 && s.Replicas > 0 {
+				mps.PinnedMemoryLimitMiB = c.minMem / uint64(s.Replicas)
+			}
+			if mps.ActiveThreadPercentage == 0 && s.Replicas > 0 {
+				mps.ActiveThreadPercentage = 100 / s.Replicas
+			}
+			s.MPS = &mps
+		}
+		slices.SortFunc(c.devices, func(a, b claimed) int {
+			return cmp.Or(cmp.Compare(a.GPUIndex, b.GPUIndex), cmp.Compare(a.mig, b.mig))
+		})
+		devs := make([]Device, len(c.devices))
+		for i := range c.devices {
+			devs[i] = c.devices[i].Device
+		}
+		out = append(out, Resource{Name: name, Sharing: s, Devices: devs})
+	}
+	slices.SortFunc(out, func(a, b Resource) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
