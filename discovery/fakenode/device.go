@@ -107,7 +107,7 @@ func (h *gpuHandle) RegisterEvents(types uint64, set nvml.EventSet) nvml.Return 
 	n := h.gpu.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	h.gpu.events[es] |= types
+	h.gpu.registerLocked(es, types)
 	return nvml.SUCCESS
 }
 

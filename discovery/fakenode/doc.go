@@ -86,6 +86,7 @@
 // Node.InjectXID, InjectMIGXID and InjectECCDoubleBit queue an event on every
 // event set registered for that type on the GPU. The event comes from the
 // physical GPU's handle, with GpuInstanceId and ComputeInstanceId naming the
-// MIG device, or 0xFFFFFFFF when it names none. An injection no event set
-// receives fails with ErrNoListener.
+// MIG device, or 0xFFFFFFFF when it names none. Unlike real hardware, an
+// event injected while no set listens for it is kept for the first set that
+// registers for it, so tests need not wait for a watcher to start.
 package fakenode

@@ -1,8 +1,8 @@
 package fakenode
 
 import (
-	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,11 +10,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
-// ErrNoListener is returned (wrapped) by the Inject methods when no event
-// set is registered for that event on that GPU, so the event is lost, as it
-// would be on real hardware. A test that starts a watcher can retry until
-// the injection no longer fails with it.
-var ErrNoListener = errors.New("no NVML event set is registered for this event")
+// maxPendingEvents bounds the events a GPU keeps while no set listens for
+// them; the oldest go first.
+const maxPendingEvents = 256
 
 // eventSet is an nvml.EventSet: a queue of events waiting for Wait.
 type eventSet struct {
@@ -107,7 +105,8 @@ func (s *eventSet) push(ev nvml.EventData) bool {
 
 // InjectXID raises a critical XID error on GPU gpuIndex, naming no MIG
 // device. Every event set registered for EventTypeXidCriticalError on that
-// GPU receives it; ErrNoListener when there is none.
+// GPU receives it; when none is, the first set to register for it later
+// does (see deliver).
 func (n *Node) InjectXID(gpuIndex int, xid uint64) error {
 	g, err := n.gpuAt(gpuIndex)
 	if err != nil {
@@ -154,12 +153,15 @@ func (n *Node) hasComputeInstance(g *gpu, giID, ciID int) bool {
 }
 
 // deliver queues an event on every set registered for its type on g,
-// forgetting sets that were freed.
+// forgetting sets that were freed. An event no set receives is kept for the
+// first set that registers for its type on g: on real hardware it would be
+// lost, but a test can then inject right after starting a watcher without
+// waiting for the watcher to register.
 func (n *Node) deliver(g *gpu, eventType, data uint64, gi, ci uint32) error {
 	ev := nvml.EventData{Device: g.handle, EventType: eventType, EventData: data, GpuInstanceId: gi, ComputeInstanceId: ci}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	delivered := 0
+	delivered := false
 	for s, mask := range g.events {
 		if mask&eventType == 0 {
 			continue
@@ -168,10 +170,27 @@ func (n *Node) deliver(g *gpu, eventType, data uint64, gi, ci uint32) error {
 			delete(g.events, s)
 			continue
 		}
-		delivered++
+		delivered = true
 	}
-	if delivered == 0 {
-		return fmt.Errorf("fake node %s, GPU %d: %w", n.Name(), g.index, ErrNoListener)
+	if !delivered {
+		if len(g.pending) == maxPendingEvents {
+			g.pending = slices.Delete(g.pending, 0, 1)
+		}
+		g.pending = append(g.pending, ev)
 	}
 	return nil
+}
+
+// registerLocked adds types to what set receives from g and hands it the
+// pending events of those types. The caller holds node.mu.
+func (g *gpu) registerLocked(set *eventSet, types uint64) {
+	g.events[set] |= types
+	kept := g.pending[:0]
+	for _, ev := range g.pending {
+		if ev.EventType&types == 0 || !set.push(ev) {
+			kept = append(kept, ev)
+		}
+	}
+	clear(g.pending[len(kept):])
+	g.pending = kept
 }

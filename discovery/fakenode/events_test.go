@@ -1,7 +1,6 @@
 package fakenode_test
 
 import (
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -78,28 +77,57 @@ func TestInjectedEvents(t *testing.T) {
 	}
 }
 
-// TestInjectErrors checks injections nobody receives or that name no device.
+// TestPendingEvents checks that an event injected while no set listens for
+// it reaches the first set that registers for it, and only that one.
+func TestPendingEvents(t *testing.T) {
+	n, err := fakenode.Named("dgx-a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.InjectXID(0, 79); err != nil {
+		t.Fatalf("XID without a listener: %v", err)
+	}
+	ecc := listen(t, n, nvml.EventTypeDoubleBitEccError)
+	if ev, ret := ecc.Wait(0); ret != nvml.ERROR_TIMEOUT {
+		t.Errorf("an ECC-only set received %+v (%v)", ev, ret)
+	}
+	xid := listen(t, n, nvml.EventTypeXidCriticalError)
+	if ev, ret := xid.Wait(0); ret != nvml.SUCCESS || ev.EventData != 79 {
+		t.Errorf("the first XID set got %+v (%v), want the pending XID 79", ev, ret)
+	}
+	late := listen(t, n, nvml.EventTypeXidCriticalError)
+	if ev, ret := late.Wait(0); ret != nvml.ERROR_TIMEOUT {
+		t.Errorf("a later XID set also received %+v (%v)", ev, ret)
+	}
+	if err := n.InjectECCDoubleBit(0); err != nil {
+		t.Fatal(err)
+	}
+	if ev, ret := ecc.Wait(0); ret != nvml.SUCCESS || ev.EventType != nvml.EventTypeDoubleBitEccError {
+		t.Errorf("the ECC set got %+v (%v)", ev, ret)
+	}
+	for _, s := range []nvml.EventSet{ecc, xid, late} {
+		s.Free()
+	}
+	if err := n.InjectECCDoubleBit(0); err != nil {
+		t.Fatal(err)
+	}
+	again := listen(t, n, nvml.EventTypeDoubleBitEccError)
+	if ev, ret := again.Wait(0); ret != nvml.SUCCESS || ev.EventType != nvml.EventTypeDoubleBitEccError {
+		t.Errorf("an event injected after every set was freed reached a new set as %+v (%v)", ev, ret)
+	}
+}
+
+// TestInjectErrors checks injections that name no device.
 func TestInjectErrors(t *testing.T) {
 	n, err := fakenode.Named("dgx-a100")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.InjectXID(0, 79); !errors.Is(err, fakenode.ErrNoListener) {
-		t.Errorf("XID without a listener: %v, want ErrNoListener", err)
-	}
-	set := listen(t, n, nvml.EventTypeDoubleBitEccError)
-	if err := n.InjectXID(0, 79); !errors.Is(err, fakenode.ErrNoListener) {
-		t.Errorf("XID with only an ECC listener: %v, want ErrNoListener", err)
-	}
-	if err := n.InjectECCDoubleBit(0); err != nil {
-		t.Errorf("ECC with an ECC listener: %v", err)
-	}
-	set.Free()
-	if err := n.InjectECCDoubleBit(0); !errors.Is(err, fakenode.ErrNoListener) {
-		t.Errorf("ECC after Free: %v, want ErrNoListener", err)
-	}
 	if err := n.InjectXID(8, 79); err == nil || err.Error() != "fake node dgx-a100 has no GPU 8 (it has 8)" {
 		t.Errorf("XID on GPU 8: %v", err)
+	}
+	if err := n.InjectECCDoubleBit(-1); err == nil || err.Error() != "fake node dgx-a100 has no GPU -1 (it has 8)" {
+		t.Errorf("ECC on GPU -1: %v", err)
 	}
 	if err := n.InjectMIGXID(4, 1, 0, 79); err == nil || err.Error() != "fake node dgx-a100: GPU 4 has no MIG device with GPU instance 1 and compute instance 0" {
 		t.Errorf("MIG XID on a GPU without MIG: %v", err)

@@ -163,6 +163,8 @@ type gpu struct {
 	migEnabled bool
 	gis        []*gpuInstance // sorted by ID
 	events     map[*eventSet]uint64
+	// pending are events injected while no set was registered for them.
+	pending []nvml.EventData
 }
 
 // lane is one NVLink lane of a GPU.
