@@ -34,6 +34,8 @@ in NFD's match language, and serves one kubelet device plugin per resource name.
 	}
 	root.AddCommand(newVersionCommand())
 	root.AddCommand(newDiscoverCommand())
+	root.AddCommand(newRulesCommand())
+	root.AddCommand(newRunCommand())
 	return root
 }
 

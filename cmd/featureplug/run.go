@@ -1,0 +1,299 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
+
+	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/labeler"
+	"github.com/featureplug/featureplug/plugin"
+)
+
+// envPrefix prefixes the environment variable of every run flag.
+const envPrefix = "FEATUREPLUG_"
+
+// runFlags are the flags of `featureplug run`.
+type runFlags struct {
+	src                sourceFlags
+	nodeName           string
+	namespace          string
+	kubeconfig         string
+	rules              string
+	nodeLabels         map[string]string
+	publish            string
+	featuresFile       string
+	resyncInterval     time.Duration
+	rediscoverInterval time.Duration
+	kubeletDir         string
+	deviceList         []string
+	deviceID           string
+	cdiKind            string
+	cdiPrefix          string
+	replicaPolicy      string
+	healthRecovery     time.Duration
+	ignoredXIDs        []uint
+	mpsRoot            string
+	mpsControl         string
+	metricsAddr        string
+	logFormat          string
+	logLevel           string
+}
+
+func newRunCommand() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the node agent: discover, publish, plan and serve device plugins",
+		Long: `Run discovers the node's GPUs, publishes their features and labels, turns them
+into resources with the rules, and serves one kubelet device plugin per
+resource. It re-discovers periodically and on SIGHUP, reloads the rules file
+when it changes (a bad file keeps the last good plan serving), and stops
+cleanly on SIGTERM, leaving the published NodeFeature in place.
+
+Every flag can also be set by an environment variable, named after the flag
+in upper case with a FEATUREPLUG_ prefix (shown in brackets); a flag given on
+the command line wins.`,
+		Example: `  featureplug run --fake-node dgx-a100 --publish stdout --kubelet-dir /tmp/kubelet
+  featureplug run --rules /etc/featureplug/rules.yaml --driver-root /run/nvidia/driver`,
+		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd.Flags())
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd)
+		},
+	}
+	fs := cmd.Flags()
+	f.src.addFlags(fs)
+	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "node this agent runs on (default $NODE_NAME)")
+	fs.StringVar(&f.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the NodeFeature object and Events (default $POD_NAMESPACE)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration when available)")
+	fs.StringVar(&f.rules, "rules", "", "rules file, or a builtin: none, single, mixed, per-model (default: none)")
+	fs.StringToStringVar(&f.nodeLabels, "node-labels", nil, "extra node labels (k=v,...) the rules' node selectors see")
+	fs.StringVar(&f.publish, "publish", string(agent.PublishNodeFeature), "where features and labels go: nodefeature, file, stdout or none")
+	fs.StringVar(&f.featuresFile, "features-file", labeler.DefaultFeatureFile, "nfd-worker feature file for --publish file")
+	fs.DurationVar(&f.resyncInterval, "resync-interval", agent.DefaultResyncInterval, "republish period (writes happen only on change)")
+	fs.DurationVar(&f.rediscoverInterval, "rediscover-interval", agent.DefaultRediscoverInterval, "GPU re-discovery period (SIGHUP re-discovers at once)")
+	fs.StringVar(&f.kubeletDir, "kubelet-dir", plugin.DefaultKubeletDir, "kubelet device-plugin directory")
+	fs.StringSliceVar(&f.deviceList, "device-list-strategy", []string{string(plugin.DeviceListEnvVar)},
+		"how Allocate passes devices: envvar, volume-mounts, cdi-annotations, cdi-cri (comma list)")
+	fs.StringVar(&f.deviceID, "device-id-strategy", string(plugin.DeviceIDUUID), "how devices are named to the runtime: uuid or index")
+	fs.StringVar(&f.cdiKind, "cdi-kind", plugin.DefaultCDIKind, "CDI vendor/class of CDI device names")
+	fs.StringVar(&f.cdiPrefix, "cdi-annotation-prefix", plugin.DefaultCDIAnnotationPrefix, "prefix of CDI annotation keys")
+	fs.StringVar(&f.replicaPolicy, "replica-policy", string(plugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
+	fs.DurationVar(&f.healthRecovery, "health-recovery", plugin.DefaultHealthRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
+	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", toUint(discovery.DefaultIgnoredXIDs()), "XIDs that never mark a device unhealthy")
+	fs.StringVar(&f.mpsRoot, "mps-root", plugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
+	fs.StringVar(&f.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the nvidia-cuda-mps-control binary")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	annotateEnv(fs)
+	return cmd
+}
+
+// envName is the environment variable of a flag.
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// annotateEnv adds each flag's environment variable to its help.
+func annotateEnv(fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		f.Usage += " [$" + envName(f.Name) + "]"
+	})
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment variable.
+func applyEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		v, ok := os.LookupEnv(envName(f.Name))
+		if !ok || f.Changed || err != nil {
+			return
+		}
+		if f.Value.Type() == "stringSlice" || f.Value.Type() == "uintSlice" {
+			if sv, ok := f.Value.(pflag.SliceValue); ok {
+				if e := sv.Replace(splitList(v)); e != nil {
+					err = fmt.Errorf("$%s: %q: %w", envName(f.Name), v, e)
+				}
+				return
+			}
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = fmt.Errorf("$%s: %q: %w", envName(f.Name), v, e)
+		}
+	})
+	return err
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func toUint(xids []uint64) []uint {
+	out := make([]uint, len(xids))
+	for i, x := range xids {
+		out[i] = uint(x)
+	}
+	return out
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not a level (use debug, info, warn or error)", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format: %q is not a format (use text or json)", format)
+	}
+}
+
+// kubeClients returns the API clients: from --kubeconfig, from the
+// in-cluster configuration, or none when neither exists and the publish
+// mode does not need them.
+func (f *runFlags) kubeClients() (kubernetes.Interface, nfdclientset.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	switch {
+	case f.kubeconfig != "":
+		cfg, err = clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--kubeconfig %s: %w", f.kubeconfig, err)
+		}
+	default:
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			if f.publish == string(agent.PublishNodeFeature) {
+				return nil, nil, fmt.Errorf("--publish nodefeature needs an API server: not in a cluster (%v) and no --kubeconfig", err)
+			}
+			return nil, nil, nil
+		}
+	}
+	cfg.UserAgent = "featureplug/" + version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("API client: %w", err)
+	}
+	nfd, err := nfdclientset.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("NFD API client: %w", err)
+	}
+	return kube, nfd, nil
+}
+
+func (f *runFlags) run(cmd *cobra.Command) error {
+	log, err := newLogger(f.logFormat, f.logLevel)
+	if err != nil {
+		return err
+	}
+	var src agent.GPUSource
+	if f.src.fakeNode != "" {
+		src, err = agent.OpenFake(f.src.fakeNode)
+	} else {
+		src, err = agent.OpenReal(discovery.NVMLOptions{LibraryPath: f.src.nvmlLibrary, DriverRoot: f.src.driverRoot}, f.src.sysfsRoot)
+	}
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if f.nodeName == "" && f.src.fakeNode != "" {
+		f.nodeName = src.Fake().Name()
+	}
+	kube, nfd, err := f.kubeClients()
+	if err != nil {
+		return err
+	}
+	strategies := make([]plugin.DeviceListStrategy, 0, len(f.deviceList))
+	for _, s := range f.deviceList {
+		strategies = append(strategies, plugin.DeviceListStrategy(s))
+	}
+	ignored := make([]uint64, len(f.ignoredXIDs))
+	for i, x := range f.ignoredXIDs {
+		ignored[i] = uint64(x)
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	rediscover := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case rediscover <- struct{}{}:
+			default:
+			}
+		}
+	}()
+
+	a, err := agent.New(agent.Config{
+		NodeName:           f.nodeName,
+		Namespace:          f.namespace,
+		Source:             src,
+		Rules:              f.rules,
+		NodeLabels:         f.nodeLabels,
+		Publish:            agent.PublishMode(f.publish),
+		FeaturesFile:       f.featuresFile,
+		ResyncInterval:     f.resyncInterval,
+		RediscoverInterval: f.rediscoverInterval,
+		Rediscover:         rediscover,
+		Kube:               kube,
+		NFD:                nfd,
+		Plugin: plugin.Options{
+			KubeletDir:           f.kubeletDir,
+			DeviceListStrategies: strategies,
+			DeviceIDStrategy:     plugin.DeviceIDStrategy(f.deviceID),
+			CDIKind:              f.cdiKind,
+			CDIAnnotationPrefix:  f.cdiPrefix,
+			ReplicaPolicy:        plugin.ReplicaPolicy(f.replicaPolicy),
+			HealthRecovery:       f.healthRecovery,
+			MPSRoot:              f.mpsRoot,
+		},
+		Health:      discovery.HealthOptions{IgnoredXIDs: ignored},
+		MetricsAddr: f.metricsAddr,
+		Stdout:      cmd.OutOrStdout(),
+		Logger:      log,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("featureplug starting", "version", version, "node", f.nodeName, "publish", f.publish,
+		"rules", orDefault(f.rules, "none (builtin)"), "kubeletDir", f.kubeletDir, "pid", strconv.Itoa(os.Getpid()))
+	err = a.Run(cmd.Context())
+	log.Info("featureplug stopped")
+	return err
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

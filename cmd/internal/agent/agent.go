@@ -1,0 +1,538 @@
+// Package agent is the featureplug daemon: it wires discovery, publishing,
+// rules and the device-plugin servers into one process and keeps them
+// current as the hardware, the rules file and the kubelet change.
+//
+// Data flows one way: the GPU source gives an Inventory, the rules turn it
+// into a Plan, the Plan goes to the plugin manager, and the Inventory (with
+// the Plan) goes to the publisher. A single loop owns that state; the
+// plugin manager, the publisher, the health watcher and the HTTP server run
+// beside it and never call back into it.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
+
+	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/labeler"
+	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/rules"
+)
+
+// PublishMode says where features and labels go.
+type PublishMode string
+
+// Publish modes.
+const (
+	PublishNodeFeature PublishMode = "nodefeature"
+	PublishFile        PublishMode = "file"
+	PublishStdout      PublishMode = "stdout"
+	PublishNone        PublishMode = "none"
+)
+
+// Defaults of the agent's intervals.
+const (
+	DefaultRediscoverInterval = 30 * time.Second
+	DefaultResyncInterval     = time.Hour
+)
+
+// Config is everything the agent needs. The command line fills it.
+type Config struct {
+	// NodeName is the Kubernetes node the agent runs on.
+	NodeName string
+	// Namespace is the agent's namespace (NodeFeature objects, Events).
+	Namespace string
+	// Source reads the GPUs.
+	Source GPUSource
+	// Rules is a builtin rules name or a rules file path; "" means the
+	// builtin default. A file is watched and reloaded on change.
+	Rules string
+	// NodeLabels are node labels the rules' node selectors see in addition
+	// to the Node object's labels (when Kube is set).
+	NodeLabels map[string]string
+	// Publish says where features and labels go.
+	Publish PublishMode
+	// FeaturesFile is the nfd-worker feature file for PublishFile.
+	FeaturesFile string
+	// Labels tunes label computation.
+	Labels labeler.LabelOptions
+	// ResyncInterval republishes unchanged content this often (writes only
+	// happen when something differs).
+	ResyncInterval time.Duration
+	// RediscoverInterval re-reads the GPUs this often.
+	RediscoverInterval time.Duration
+	// Rediscover triggers an immediate re-discovery (SIGHUP).
+	Rediscover <-chan struct{}
+	// Kube and NFD are the API clients; nil runs without an API server
+	// (no NodeFeature, no Events, node labels from NodeLabels only).
+	Kube kubernetes.Interface
+	NFD  nfdclientset.Interface
+	// Plugin configures the device-plugin servers. Its Logger and
+	// Registerer are set by the agent.
+	Plugin plugin.Options
+	// Health configures the NVML health watcher.
+	Health discovery.HealthOptions
+	// MetricsAddr serves /metrics, /healthz and /readyz; "" disables it.
+	MetricsAddr string
+	// Stdout receives PublishStdout output.
+	Stdout io.Writer
+	// Logger receives the agent's logs.
+	Logger *slog.Logger
+}
+
+// Agent is a running featureplug daemon.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	registry *prometheus.Registry
+	metrics  *metrics
+	manager  *plugin.Manager
+	pub      labeler.Publisher
+	contents chan labeler.Content
+	events   *eventRecorder
+	health   chan discovery.HealthEvent
+
+	// State owned by the loop goroutine.
+	inv        *discovery.Inventory
+	lib        nvml.Interface
+	ruleSet    *rules.RuleSet
+	plan       *rules.Plan
+	nodeLabels map[string]string
+	stopHealth context.CancelFunc
+
+	// current is the latest inventory, read by the health watcher.
+	current atomic.Pointer[discovery.Inventory]
+
+	// published is the content last offered to the publisher, read by
+	// the HTTP server's debug handler.
+	mu        sync.Mutex
+	published *labeler.Content
+}
+
+// New checks the configuration and builds the agent's parts. Nothing runs
+// until Run.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("agent: no GPU source")
+	}
+	if cfg.NodeName == "" {
+		return nil, errors.New("--node-name: empty (set it or NODE_NAME)")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RediscoverInterval <= 0 {
+		cfg.RediscoverInterval = DefaultRediscoverInterval
+	}
+	if cfg.Publish == "" {
+		cfg.Publish = PublishNone
+	}
+	a := &Agent{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		registry: prometheus.NewRegistry(),
+		contents: make(chan labeler.Content, 1),
+		health:   make(chan discovery.HealthEvent, 64),
+	}
+	var err error
+	if a.metrics, err = newMetrics(a.registry); err != nil {
+		return nil, err
+	}
+	popts := cfg.Plugin
+	popts.Logger = cfg.Logger.With("component", "plugin")
+	popts.Registerer = a.registry
+	if a.manager, err = plugin.NewManager(popts); err != nil {
+		return nil, err
+	}
+	if a.pub, err = a.newPublisher(); err != nil {
+		return nil, err
+	}
+	if cfg.Kube != nil {
+		a.events = newEventRecorder(cfg.Kube, cfg.NodeName, cfg.Namespace, cfg.Logger)
+	}
+	return a, nil
+}
+
+func (a *Agent) newPublisher() (labeler.Publisher, error) {
+	switch a.cfg.Publish {
+	case PublishNodeFeature:
+		if a.cfg.Kube == nil || a.cfg.NFD == nil {
+			return nil, errors.New("--publish nodefeature needs an API server (in-cluster or --kubeconfig)")
+		}
+		if a.cfg.Namespace == "" {
+			return nil, errors.New("--publish nodefeature: --namespace is empty (set it or POD_NAMESPACE)")
+		}
+		return labeler.NewNodeFeaturePublisher(labeler.NodeFeatureConfig{
+			NodeName: a.cfg.NodeName, Namespace: a.cfg.Namespace, NFD: a.cfg.NFD, Kube: a.cfg.Kube,
+			Logger: a.log.With("component", "publish"),
+		})
+	case PublishFile:
+		return labeler.NewFilePublisher(labeler.FileConfig{Path: a.cfg.FeaturesFile, Logger: a.log.With("component", "publish")})
+	case PublishStdout:
+		w := a.cfg.Stdout
+		if w == nil {
+			return nil, errors.New("--publish stdout: no output")
+		}
+		return labeler.NewWriterPublisher(w, labeler.FormatLabels)
+	case PublishNone:
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("--publish: %q is not a mode (use nodefeature, file, stdout or none)", a.cfg.Publish)
+	}
+}
+
+// Registry returns the registry the agent's metrics are on.
+func (a *Agent) Registry() *prometheus.Registry { return a.registry }
+
+// Run runs the agent until ctx ends. It fails only when it cannot start
+// (the first discovery failed, the kubelet directory cannot be watched, the
+// metrics address is taken); later failures are logged, counted and
+// retried, and never stop what already serves. On return every device
+// plugin server has stopped; the NodeFeature stays in place.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	inv, lib, err := a.discover()
+	if err != nil {
+		return fmt.Errorf("discovering GPUs: %w", err)
+	}
+	a.setInventory(inv)
+	a.lib = lib
+	a.log.Info("discovered GPUs", "gpus", len(inv.GPUs), "migDevices", inv.MIGDeviceCount(),
+		"driver", inv.DriverVersion, "cuda", inv.CUDADriverVersion)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	goRun := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+
+	if a.cfg.MetricsAddr != "" {
+		srv, err := a.listen()
+		if err != nil {
+			return err
+		}
+		goRun("metrics server", srv)
+	}
+	goRun("plugin manager", a.manager.Run)
+	wg.Add(1)
+	go func() { defer wg.Done(); a.manager.WatchHealth(ctx, a.health) }()
+	if a.pub != nil {
+		loop := &labeler.Loop{
+			Publisher: a.pub,
+			Resync:    a.cfg.ResyncInterval,
+			Logger:    a.log.With("component", "publish"),
+			OnPublish: func(err error) {
+				if err != nil {
+					a.metrics.publishes.WithLabelValues("error").Inc()
+					return
+				}
+				a.metrics.publishes.WithLabelValues("ok").Inc()
+			},
+		}
+		goRun("publisher", func(ctx context.Context) error { return loop.Run(ctx, a.contents) })
+	}
+	rulesChanged := make(chan struct{}, 1)
+	if path, ok := a.rulesFile(); ok {
+		goRun("rules watcher", func(ctx context.Context) error {
+			return watchFile(ctx, path, rulesChanged, a.log.With("component", "rules"))
+		})
+	}
+
+	a.loadRules(ctx)
+	a.refreshNodeLabels(ctx)
+	a.replan(ctx, "start")
+	a.restartHealthWatcher(ctx, &wg)
+
+	ticker := time.NewTicker(a.cfg.RediscoverInterval)
+	defer ticker.Stop()
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errs:
+			runErr = err
+			break loop
+		case <-ticker.C:
+			a.rediscover(ctx, &wg, "interval")
+		case <-a.cfg.Rediscover:
+			a.rediscover(ctx, &wg, "signal")
+		case <-rulesChanged:
+			a.log.Info("rules file changed", "path", a.cfg.Rules)
+			if a.loadRules(ctx) {
+				a.replan(ctx, "rules")
+			}
+		case <-a.readyTick():
+			a.updateReady()
+		}
+	}
+	cancel()
+	if a.stopHealth != nil {
+		a.stopHealth()
+	}
+	wg.Wait()
+	a.metrics.ready.Set(0)
+	return runErr
+}
+
+// readyTick polls readiness until the agent is ready, then never fires.
+func (a *Agent) readyTick() <-chan time.Time {
+	if a.manager.Ready() {
+		a.metrics.ready.Set(1)
+		return nil
+	}
+	return time.After(50 * time.Millisecond)
+}
+
+func (a *Agent) updateReady() {
+	if a.manager.Ready() {
+		a.metrics.ready.Set(1)
+		a.log.Info("ready: every resource of the first plan is registered")
+	}
+}
+
+func (a *Agent) rulesFile() (string, bool) {
+	if a.cfg.Rules == "" {
+		return "", false
+	}
+	for _, name := range rules.BuiltinNames() {
+		if name == a.cfg.Rules {
+			return "", false
+		}
+	}
+	return a.cfg.Rules, true
+}
+
+// setInventory makes inv the current inventory.
+func (a *Agent) setInventory(inv *discovery.Inventory) {
+	a.inv = inv
+	a.current.Store(inv)
+}
+
+func (a *Agent) discover() (*discovery.Inventory, nvml.Interface, error) {
+	start := time.Now()
+	inv, lib, err := a.cfg.Source.Discover()
+	a.metrics.discoveryDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		a.metrics.discoveries.WithLabelValues("error").Inc()
+		return nil, nil, err
+	}
+	a.metrics.discoveries.WithLabelValues("ok").Inc()
+	return inv, lib, nil
+}
+
+// rediscover re-reads the GPUs and, when anything changed, makes a new plan.
+func (a *Agent) rediscover(ctx context.Context, wg *sync.WaitGroup, why string) {
+	inv, lib, err := a.discover()
+	if err != nil {
+		a.log.Error("re-discovery failed; keeping the last inventory", "trigger", why, "err", err)
+		return
+	}
+	a.refreshNodeLabels(ctx)
+	changed := !reflect.DeepEqual(inv, a.inv)
+	a.setInventory(inv)
+	if lib != a.lib {
+		a.lib = lib
+		a.restartHealthWatcher(ctx, wg)
+	}
+	if !changed && why == "interval" {
+		a.replanIfLabelsChanged(ctx)
+		return
+	}
+	a.log.Info("re-discovered GPUs", "trigger", why, "changed", changed, "gpus", len(inv.GPUs), "migDevices", inv.MIGDeviceCount())
+	a.replan(ctx, "discovery")
+}
+
+// restartHealthWatcher (re)starts the NVML health watcher on the current
+// NVML, stopping the previous one.
+func (a *Agent) restartHealthWatcher(ctx context.Context, wg *sync.WaitGroup) {
+	if a.stopHealth != nil {
+		a.stopHealth()
+	}
+	hctx, stop := context.WithCancel(ctx)
+	a.stopHealth = stop
+	w := discovery.NewHealthWatcher(a.lib, withLogger(a.cfg.Health, a.log.With("component", "health")))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := w.Run(hctx, a.current.Load, a.health); err != nil {
+			a.log.Error("health watcher stopped; devices keep their last health", "err", err)
+		}
+	}()
+}
+
+func withLogger(o discovery.HealthOptions, log *slog.Logger) discovery.HealthOptions {
+	o.Logger = log
+	return o
+}
+
+// loadRules (re)loads the rules. An invalid file is reported and the last
+// good rules stay; it returns whether the rules changed.
+func (a *Agent) loadRules(ctx context.Context) bool {
+	rs, err := rules.Load(a.cfg.Rules)
+	if a.cfg.Rules == "" {
+		rs, err = rules.Default(), nil
+	}
+	if err != nil {
+		a.metrics.ruleReloads.WithLabelValues("invalid").Inc()
+		a.reportRuleError(ctx, "InvalidRules", err)
+		return false
+	}
+	for _, w := range rs.Warnings() {
+		a.log.Warn("rules warning", "rules", rs.Source(), "warning", w)
+	}
+	prev := a.ruleSet
+	a.ruleSet = rs
+	if prev != nil {
+		// Validate against the current inventory before accepting: a
+		// file that loads but cannot plan must not replace the last good.
+		if _, err := rs.Plan(a.inv, a.nodeLabels); err != nil {
+			a.ruleSet = prev
+			a.metrics.ruleReloads.WithLabelValues("invalid").Inc()
+			a.reportRuleError(ctx, "InvalidRules", err)
+			return false
+		}
+	}
+	a.metrics.ruleReloads.WithLabelValues("applied").Inc()
+	return true
+}
+
+func (a *Agent) reportRuleError(ctx context.Context, reason string, err error) {
+	a.metrics.ruleErrors.Inc()
+	serving := "nothing yet"
+	if a.plan != nil {
+		serving = fmt.Sprintf("the last good plan (%d resources)", len(a.plan.Resources))
+	}
+	a.log.Error("rules rejected; keeping "+serving, "rules", a.cfg.Rules, "err", err)
+	if a.events != nil {
+		a.events.warn(ctx, reason, fmt.Sprintf("rules %s rejected, serving %s: %v", a.cfg.Rules, serving, err))
+	}
+}
+
+// refreshNodeLabels reads the Node's labels for the rules' node selectors.
+func (a *Agent) refreshNodeLabels(ctx context.Context) {
+	labels := maps.Clone(a.cfg.NodeLabels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if a.cfg.Kube != nil {
+		node, err := getNode(ctx, a.cfg.Kube, a.cfg.NodeName)
+		switch {
+		case err != nil && a.nodeLabels != nil:
+			a.log.Warn("reading node labels failed; keeping the last ones", "node", a.cfg.NodeName, "err", err)
+			return
+		case err != nil:
+			a.log.Warn("reading node labels failed; node selectors see only --node-labels", "node", a.cfg.NodeName, "err", err)
+		default:
+			for k, v := range node.Labels {
+				if _, set := labels[k]; !set {
+					labels[k] = v
+				}
+			}
+		}
+	}
+	a.nodeLabels = labels
+}
+
+func (a *Agent) replanIfLabelsChanged(ctx context.Context) {
+	if a.plan == nil || a.ruleSet == nil {
+		return
+	}
+	plan, err := a.ruleSet.Plan(a.inv, a.nodeLabels)
+	if err == nil && !reflect.DeepEqual(plan, a.plan) {
+		a.replan(ctx, "node labels")
+	}
+}
+
+// replan makes a plan from the current rules and inventory, applies it and
+// publishes the content. A plan that cannot be made keeps the last good.
+func (a *Agent) replan(ctx context.Context, why string) {
+	if a.ruleSet == nil {
+		a.publish(nil)
+		return
+	}
+	plan, err := a.ruleSet.Plan(a.inv, a.nodeLabels)
+	if err != nil {
+		a.metrics.planErrors.Inc()
+		a.reportRuleError(ctx, "PlanFailed", err)
+		a.publish(a.plan)
+		return
+	}
+	if err := a.manager.Apply(plan); err != nil {
+		a.metrics.planErrors.Inc()
+		a.reportRuleError(ctx, "PlanRejected", err)
+		a.publish(a.plan)
+		return
+	}
+	a.plan = plan
+	a.log.Info("plan applied", "trigger", why, "resources", resourceSummary(plan))
+	a.publish(plan)
+}
+
+func (a *Agent) publish(plan *rules.Plan) {
+	c := labeler.NewContent(a.inv, plan, a.cfg.Labels)
+	a.mu.Lock()
+	a.published = &c
+	a.mu.Unlock()
+	if a.pub != nil {
+		labeler.Offer(a.contents, c)
+	}
+}
+
+func resourceSummary(p *rules.Plan) map[string]int {
+	out := make(map[string]int, len(p.Resources))
+	for _, r := range p.Resources {
+		n := len(r.Devices)
+		if r.Sharing.Replicas > 1 {
+			n *= r.Sharing.Replicas
+		}
+		out[r.Name] = n
+	}
+	return out
+}
+
+// listen binds the metrics address now, so a taken port fails Run at once,
+// and returns the function that serves it until ctx ends.
+func (a *Agent) listen() (func(context.Context) error, error) {
+	srv := &http.Server{Addr: a.cfg.MetricsAddr, Handler: a.handler(), ReadHeaderTimeout: 5 * time.Second}
+	ln, err := listenTCP(a.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w", a.cfg.MetricsAddr, err)
+	}
+	a.log.Info("serving metrics and probes", "addr", ln.Addr().String())
+	return func(ctx context.Context) error {
+		go func() {
+			<-ctx.Done()
+			shutdown, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdown)
+		}()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}, nil
+}

@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the agent's own metrics; the plugin manager and the MPS
+// supervisor register theirs on the same registry.
+type metrics struct {
+	ruleErrors        prometheus.Counter
+	ruleReloads       *prometheus.CounterVec
+	planErrors        prometheus.Counter
+	discoveries       *prometheus.CounterVec
+	discoveryDuration prometheus.Histogram
+	publishes         *prometheus.CounterVec
+	ready             prometheus.Gauge
+	mpsUnavailable    *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		ruleErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "featureplug_rule_errors_total",
+			Help: "Rules files or plans that were rejected; the last good plan kept serving.",
+		}),
+		ruleReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "featureplug_rule_reloads_total",
+			Help: "Rules file reloads by result (applied, invalid).",
+		}, []string{"result"}),
+		planErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "featureplug_plan_errors_total",
+			Help: "Plans that could not be made from the current rules and inventory.",
+		}),
+		discoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "featureplug_discoveries_total",
+			Help: "GPU discoveries by result (ok, error).",
+		}, []string{"result"}),
+		discoveryDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "featureplug_discovery_duration_seconds",
+			Help:    "Time one NVML discovery of the node took.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+		}),
+		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "featureplug_publish_attempts_total",
+			Help: "Publish attempts of features and labels by result (ok, error).",
+		}, []string{"result"}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "featureplug_ready",
+			Help: "1 once every resource of the first plan is registered with the kubelet.",
+		}),
+		mpsUnavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "featureplug_mps_resource_unavailable",
+			Help: "1 while an MPS-shared resource is held back because its control daemon is not up.",
+		}, []string{"resource"}),
+	}
+	for _, c := range []prometheus.Collector{
+		m.ruleErrors, m.ruleReloads, m.planErrors, m.discoveries, m.discoveryDuration,
+		m.publishes, m.ready, m.mpsUnavailable,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
