@@ -1,0 +1,351 @@
+package labeler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/validate/content"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
+	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
+)
+
+// Labels featureplug puts on its NodeFeature objects.
+const (
+	// ManagedByLabel with value ManagedByValue marks a NodeFeature as
+	// featureplug's; one without it is never overwritten.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of ManagedByLabel.
+	ManagedByValue = "featureplug"
+	// NodeNameLabel names the node a NodeFeature describes; nfd-master
+	// ignores NodeFeatures without it.
+	NodeNameLabel = nfdv1alpha1.NodeFeatureObjNodeNameLabel
+)
+
+// NodeFeaturePrefix starts the name of every NodeFeature featureplug writes.
+const NodeFeaturePrefix = "featureplug-"
+
+// maxObjectNameLength keeps NodeFeature names short enough to also be DNS
+// labels and label values, so they fit anywhere an object name is quoted.
+const maxObjectNameLength = 63
+
+// ErrCRDMissing is wrapped by publish errors that come from an API server
+// that does not serve NFD's NodeFeature API.
+var ErrCRDMissing = errors.New("NFD's CRDs are not installed")
+
+// ErrNotOurs is wrapped by publish errors about a NodeFeature with
+// featureplug's name that featureplug did not write.
+var ErrNotOurs = errors.New("NodeFeature is not managed by featureplug")
+
+// NodeFeatureName returns the name of the NodeFeature featureplug writes for
+// a node: featureplug-<node>, or, when that exceeds 63 characters, a
+// truncated prefix and a hash of the node name (featureplug-<start>-<hash>),
+// which stays unique and valid.
+func NodeFeatureName(node string) string {
+	name := NodeFeaturePrefix + node
+	if len(name) <= maxObjectNameLength {
+		return name
+	}
+	sum := sha256.Sum256([]byte(node))
+	hash := hex.EncodeToString(sum[:])[:10]
+	keep := strings.TrimRight(name[:maxObjectNameLength-len(hash)-1], "-.")
+	return keep + "-" + hash
+}
+
+// NodeFeatureConfig configures a NodeFeaturePublisher.
+type NodeFeatureConfig struct {
+	// NodeName is the Kubernetes Node the features describe.
+	NodeName string
+	// Namespace is where the NodeFeature lives (the agent's namespace).
+	Namespace string
+	// NFD is the NFD API client.
+	NFD nfdclientset.Interface
+	// Kube is the core API client, used to read the Node's UID for the
+	// owner reference.
+	Kube kubernetes.Interface
+	// Logger receives create and update messages; nil uses slog.Default().
+	Logger *slog.Logger
+}
+
+// WriteStats counts what a publisher did with each Publish.
+type WriteStats struct {
+	// Creates and Updates are writes to the API server.
+	Creates, Updates uint64
+	// Unchanged counts publishes that found the content already there.
+	Unchanged uint64
+}
+
+// Writes returns the number of writes (creates and updates).
+func (s WriteStats) Writes() uint64 { return s.Creates + s.Updates }
+
+// NodeFeaturePublisher publishes a node's Content as one
+// nfd.k8s-sigs.io/v1alpha1 NodeFeature object, named NodeFeatureName(node),
+// labelled with NodeNameLabel and ManagedByLabel, and owned by the Node
+// object so that it goes when the node goes and survives agent restarts.
+//
+// Publish creates the object when it is missing and updates it only when
+// its spec, labels or owner references differ semantically from the wanted
+// ones; it never deletes it. A write conflict re-reads and retries. An
+// existing object that is not featureplug's is an error wrapping ErrNotOurs;
+// an API server without NFD's CRDs gives an error wrapping ErrCRDMissing.
+type NodeFeaturePublisher struct {
+	node, namespace, name string
+	nfd                   nfdclientset.Interface
+	kube                  kubernetes.Interface
+	log                   *slog.Logger
+
+	mu    sync.Mutex // serializes Publish; guards owner
+	owner *metav1.OwnerReference
+
+	creates, updates, unchanged atomic.Uint64
+}
+
+var _ Publisher = (*NodeFeaturePublisher)(nil)
+
+// NewNodeFeaturePublisher checks cfg and returns a publisher. It does not
+// talk to the API server.
+func NewNodeFeaturePublisher(cfg NodeFeatureConfig) (*NodeFeaturePublisher, error) {
+	switch {
+	case cfg.NFD == nil:
+		return nil, errors.New("NodeFeature publisher: NFD client is nil")
+	case cfg.Kube == nil:
+		return nil, errors.New("NodeFeature publisher: Kubernetes client is nil")
+	}
+	if errs := content.IsDNS1123Subdomain(cfg.NodeName); len(errs) > 0 {
+		return nil, fmt.Errorf("NodeFeature publisher: node name %q: %s", cfg.NodeName, strings.Join(errs, "; "))
+	}
+	if errs := content.IsLabelValue(cfg.NodeName); len(errs) > 0 {
+		return nil, fmt.Errorf("NodeFeature publisher: node name %q cannot be the value of label %s, which nfd-master requires: %s",
+			cfg.NodeName, NodeNameLabel, strings.Join(errs, "; "))
+	}
+	if errs := content.IsDNS1123Label(cfg.Namespace); len(errs) > 0 {
+		return nil, fmt.Errorf("NodeFeature publisher: namespace %q: %s", cfg.Namespace, strings.Join(errs, "; "))
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	name := NodeFeatureName(cfg.NodeName)
+	return &NodeFeaturePublisher{
+		node:      cfg.NodeName,
+		namespace: cfg.Namespace,
+		name:      name,
+		nfd:       cfg.NFD,
+		kube:      cfg.Kube,
+		log:       log.With("nodefeature", cfg.Namespace+"/"+name),
+	}, nil
+}
+
+// Name returns the NodeFeature's object name.
+func (p *NodeFeaturePublisher) Name() string { return p.name }
+
+// Namespace returns the NodeFeature's namespace.
+func (p *NodeFeaturePublisher) Namespace() string { return p.namespace }
+
+// Stats returns how many creates, updates and no-op publishes happened.
+func (p *NodeFeaturePublisher) Stats() WriteStats {
+	return WriteStats{Creates: p.creates.Load(), Updates: p.updates.Load(), Unchanged: p.unchanged.Load()}
+}
+
+// Publish makes the NodeFeature hold c, writing only when it differs.
+func (p *NodeFeaturePublisher) Publish(ctx context.Context, c Content) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	spec := nfdv1alpha1.NodeFeatureSpec{Labels: maps.Clone(c.Labels)}
+	if c.Features != nil {
+		spec.Features = *c.Features.DeepCopy()
+	} else {
+		spec.Features = *nfdv1alpha1.NewFeatures()
+	}
+	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+	return retry.OnError(retry.DefaultRetry, retriable, func() error { return p.publishOnce(ctx, &spec) })
+}
+
+func (p *NodeFeaturePublisher) publishOnce(ctx context.Context, spec *nfdv1alpha1.NodeFeatureSpec) error {
+	cur, err := p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Get(ctx, p.name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return p.update(ctx, cur, spec)
+	case isCRDMissing(err):
+		return p.crdMissing(err)
+	case apierrors.IsNotFound(err):
+		return p.create(ctx, spec)
+	default:
+		return p.apiError("get", err)
+	}
+}
+
+func (p *NodeFeaturePublisher) create(ctx context.Context, spec *nfdv1alpha1.NodeFeatureSpec) error {
+	// Read the Node again on every create: a missing object may have been
+	// garbage-collected because the Node was re-created with a new UID.
+	owner, err := p.ownerRef(ctx, true)
+	if err != nil {
+		return err
+	}
+	obj := &nfdv1alpha1.NodeFeature{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            p.name,
+			Namespace:       p.namespace,
+			Labels:          p.objectLabels(nil),
+			OwnerReferences: []metav1.OwnerReference{*owner},
+		},
+		Spec: *spec,
+	}
+	_, err = p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Create(ctx, obj, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		p.creates.Add(1)
+		p.log.Info("created NodeFeature", "labels", len(spec.Labels))
+		return nil
+	case isCRDMissing(err) || (apierrors.IsNotFound(err) && !isNamespaceNotFound(err)):
+		return p.crdMissing(err)
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("create NodeFeature %s/%s: namespace %q does not exist: %w", p.namespace, p.name, p.namespace, err)
+	default:
+		return p.apiError("create", err)
+	}
+}
+
+func (p *NodeFeaturePublisher) update(ctx context.Context, cur *nfdv1alpha1.NodeFeature, spec *nfdv1alpha1.NodeFeatureSpec) error {
+	if err := p.checkOurs(cur); err != nil {
+		return err
+	}
+	owner, err := p.ownerRef(ctx, false)
+	if err != nil {
+		return err
+	}
+	want := cur.DeepCopy()
+	want.Labels = p.objectLabels(want.Labels)
+	want.OwnerReferences = []metav1.OwnerReference{*owner}
+	want.Spec = *spec
+	if equality.Semantic.DeepEqual(cur, want) {
+		p.unchanged.Add(1)
+		p.log.Debug("NodeFeature unchanged")
+		return nil
+	}
+	if _, err := p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Update(ctx, want, metav1.UpdateOptions{}); err != nil {
+		return p.apiError("update", err)
+	}
+	p.updates.Add(1)
+	p.log.Info("updated NodeFeature", "labels", len(spec.Labels))
+	return nil
+}
+
+// checkOurs refuses objects featureplug did not write: without the
+// managed-by marker, for another node, or owned by anything but this Node.
+// An owner reference to this Node with a stale UID is ours and gets fixed.
+func (p *NodeFeaturePublisher) checkOurs(obj *nfdv1alpha1.NodeFeature) error {
+	if v := obj.Labels[ManagedByLabel]; v != ManagedByValue {
+		return fmt.Errorf("NodeFeature %s/%s exists but has label %s=%q, not %q: refusing to overwrite it: %w",
+			p.namespace, p.name, ManagedByLabel, v, ManagedByValue, ErrNotOurs)
+	}
+	if v := obj.Labels[NodeNameLabel]; v != p.node {
+		return fmt.Errorf("NodeFeature %s/%s exists but has label %s=%q, not %q: refusing to overwrite it: %w",
+			p.namespace, p.name, NodeNameLabel, v, p.node, ErrNotOurs)
+	}
+	for _, ref := range obj.OwnerReferences {
+		if ref.APIVersion != "v1" || ref.Kind != "Node" || ref.Name != p.node {
+			return fmt.Errorf("NodeFeature %s/%s exists but is owned by %s %s %q, not by Node %q: refusing to overwrite it: %w",
+				p.namespace, p.name, ref.APIVersion, ref.Kind, ref.Name, p.node, ErrNotOurs)
+		}
+	}
+	return nil
+}
+
+// objectLabels returns existing with featureplug's two labels set; other
+// labels are kept.
+func (p *NodeFeaturePublisher) objectLabels(existing map[string]string) map[string]string {
+	l := maps.Clone(existing)
+	if l == nil {
+		l = make(map[string]string, 2)
+	}
+	l[NodeNameLabel] = p.node
+	l[ManagedByLabel] = ManagedByValue
+	return l
+}
+
+// ownerRef returns the owner reference to the Node, reading the Node when
+// refresh is set or nothing is cached.
+func (p *NodeFeaturePublisher) ownerRef(ctx context.Context, refresh bool) (*metav1.OwnerReference, error) {
+	if p.owner != nil && !refresh {
+		return p.owner, nil
+	}
+	node, err := p.kube.CoreV1().Nodes().Get(ctx, p.node, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get Node %q for the owner reference of NodeFeature %s/%s: %w", p.node, p.namespace, p.name, err)
+	}
+	if node.UID == "" {
+		return nil, fmt.Errorf("get Node %q for the owner reference of NodeFeature %s/%s: the Node has no UID", p.node, p.namespace, p.name)
+	}
+	blockOwnerDeletion := false
+	p.owner = &metav1.OwnerReference{
+		APIVersion:         "v1",
+		Kind:               "Node",
+		Name:               node.Name,
+		UID:                node.UID,
+		BlockOwnerDeletion: &blockOwnerDeletion,
+	}
+	return p.owner, nil
+}
+
+func (p *NodeFeaturePublisher) crdMissing(err error) error {
+	return fmt.Errorf("publish NodeFeature %s/%s: %w: the API server does not serve nodefeatures.%s/%s; install node-feature-discovery or apply its nfd-api-crds.yaml (%v)",
+		p.namespace, p.name, ErrCRDMissing, nfdv1alpha1.SchemeGroupVersion.Group, nfdv1alpha1.SchemeGroupVersion.Version, err)
+}
+
+func (p *NodeFeaturePublisher) apiError(verb string, err error) error {
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("%s NodeFeature %s/%s: %w (featureplug's RBAC must allow get, create and update on nodefeatures.nfd.k8s-sigs.io in namespace %q)",
+			verb, p.namespace, p.name, err, p.namespace)
+	}
+	return fmt.Errorf("%s NodeFeature %s/%s: %w", verb, p.namespace, p.name, err)
+}
+
+// isCRDMissing recognizes the API server's answer for a resource it does
+// not serve: a RESTMapper "no matches for kind", or a 404 whose body is not
+// a Status object (the plain "404 page not found" of an unknown path), which
+// client-go reports as NotFound with an UnexpectedServerResponse cause. A
+// missing object, by contrast, is a NotFound Status without that cause.
+func isCRDMissing(err error) bool {
+	if meta.IsNoMatchError(err) {
+		return true
+	}
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	details := status.Status().Details
+	if details == nil {
+		return false
+	}
+	for _, cause := range details.Causes {
+		if cause.Type == metav1.CauseTypeUnexpectedServerResponse {
+			return true
+		}
+	}
+	return false
+}
+
+// isNamespaceNotFound reports a NotFound about the namespace itself.
+func isNamespaceNotFound(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	details := status.Status().Details
+	return details != nil && details.Kind == "namespaces"
+}

@@ -1,0 +1,406 @@
+package labeler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validate/content"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	nfdfake "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned/fake"
+	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
+)
+
+const (
+	testNode      = "gpu-node-1"
+	testNodeUID   = "0b8a1a9e-5d7c-4a55-9c4e-1f0a1c2d3e4f"
+	testNamespace = "featureplug"
+)
+
+var nodeFeatureResource = schema.GroupResource{Group: "nfd.k8s-sigs.io", Resource: "nodefeatures"}
+
+type nfHarness struct {
+	nfd  *nfdfake.Clientset
+	kube *kubefake.Clientset
+	pub  *NodeFeaturePublisher
+}
+
+func newNFHarness(t *testing.T, objects ...runtime.Object) *nfHarness {
+	t.Helper()
+	h := &nfHarness{
+		// NewSimpleClientset, not NewClientset: the latter fails on Create
+		// for NFD's types ("no type found").
+		nfd:  nfdfake.NewSimpleClientset(objects...),
+		kube: kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}}),
+	}
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: h.nfd, Kube: h.kube})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.pub = pub
+	return h
+}
+
+func (h *nfHarness) get(t *testing.T) *nfdv1alpha1.NodeFeature {
+	t.Helper()
+	obj, err := h.nfd.NfdV1alpha1().NodeFeatures(testNamespace).Get(context.Background(), h.pub.Name(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// writes counts create and update actions on NodeFeatures.
+func (h *nfHarness) writes() int {
+	n := 0
+	for _, a := range h.nfd.Actions() {
+		if a.GetResource().Resource == "nodefeatures" && (a.GetVerb() == "create" || a.GetVerb() == "update" || a.GetVerb() == "patch") {
+			n++
+		}
+	}
+	return n
+}
+
+func testContent() Content {
+	inv := h100()
+	return NewContent(inv, mixedPlan(inv), LabelOptions{})
+}
+
+func TestNodeFeatureCreate(t *testing.T) {
+	h := newNFHarness(t)
+	c := testContent()
+	if err := h.pub.Publish(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	obj := h.get(t)
+	if obj.Name != "featureplug-"+testNode || obj.Namespace != testNamespace {
+		t.Errorf("object %s/%s, want %s/featureplug-%s", obj.Namespace, obj.Name, testNamespace, testNode)
+	}
+	if obj.Labels[NodeNameLabel] != testNode || obj.Labels[ManagedByLabel] != ManagedByValue {
+		t.Errorf("object labels %v, want %s=%s and %s=%s", obj.Labels, NodeNameLabel, testNode, ManagedByLabel, ManagedByValue)
+	}
+	if len(obj.OwnerReferences) != 1 {
+		t.Fatalf("owner references %v, want one to the Node", obj.OwnerReferences)
+	}
+	ref := obj.OwnerReferences[0]
+	if ref.APIVersion != "v1" || ref.Kind != "Node" || ref.Name != testNode || ref.UID != testNodeUID {
+		t.Errorf("owner reference %+v, want v1 Node %s uid %s", ref, testNode, testNodeUID)
+	}
+	if obj.Spec.Labels["nvidia.com/gpu.product"] != "NVIDIA-H100-80GB-HBM3" {
+		t.Errorf("spec.labels = %v, want the GPU labels", obj.Spec.Labels)
+	}
+	if got := len(obj.Spec.Features.Instances["nvidia.gpu"].Elements); got != 8 {
+		t.Errorf("spec.features has %d nvidia.gpu instances, want 8", got)
+	}
+	if s := h.pub.Stats(); s != (WriteStats{Creates: 1}) {
+		t.Errorf("stats %+v, want one create", s)
+	}
+}
+
+// TestNodeFeatureNoOp publishes the same content again, also after the
+// stored object went through JSON as it does on a real API server: nothing
+// is written.
+func TestNodeFeatureNoOp(t *testing.T) {
+	h := newNFHarness(t)
+	ctx := context.Background()
+	c := testContent()
+	if err := h.pub.Publish(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	// Replace the stored object by its JSON round trip (nil and empty maps
+	// and slices collapse as on a real API server).
+	obj := h.get(t)
+	data, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var round nfdv1alpha1.NodeFeature
+	if err := json.Unmarshal(data, &round); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.nfd.Tracker().Update(schema.GroupVersionResource{Group: "nfd.k8s-sigs.io", Version: "v1alpha1", Resource: "nodefeatures"}, &round, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	before := h.writes()
+	for range 10 {
+		if err := h.pub.Publish(ctx, testContent()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.writes() - before; got != 0 {
+		t.Errorf("%d writes for unchanged content, want 0", got)
+	}
+	if s := h.pub.Stats(); s != (WriteStats{Creates: 1, Unchanged: 10}) {
+		t.Errorf("stats %+v, want 1 create and 10 unchanged", s)
+	}
+}
+
+func TestNodeFeatureUpdate(t *testing.T) {
+	h := newNFHarness(t)
+	ctx := context.Background()
+	if err := h.pub.Publish(ctx, testContent()); err != nil {
+		t.Fatal(err)
+	}
+	inv := a100MixedMIG()
+	changed := NewContent(inv, mixedPlan(inv), LabelOptions{})
+	if err := h.pub.Publish(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	obj := h.get(t)
+	if got := obj.Spec.Labels["nvidia.com/mig.strategy"]; got != "mixed" {
+		t.Errorf("after update mig.strategy=%q, want mixed", got)
+	}
+	if got := len(obj.Spec.Features.Instances["nvidia.mig"].Elements); got != 16 {
+		t.Errorf("after update %d nvidia.mig instances, want 16", got)
+	}
+	if s := h.pub.Stats(); s != (WriteStats{Creates: 1, Updates: 1}) {
+		t.Errorf("stats %+v, want 1 create and 1 update", s)
+	}
+}
+
+func TestNodeFeatureConflictRetries(t *testing.T) {
+	h := newNFHarness(t)
+	ctx := context.Background()
+	if err := h.pub.Publish(ctx, testContent()); err != nil {
+		t.Fatal(err)
+	}
+	conflicts := 0
+	h.nfd.PrependReactor("update", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if conflicts == 0 {
+			conflicts++
+			return true, nil, apierrors.NewConflict(nodeFeatureResource, h.pub.Name(), errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	inv := a100MixedMIG()
+	if err := h.pub.Publish(ctx, NewContent(inv, mixedPlan(inv), LabelOptions{})); err != nil {
+		t.Fatalf("Publish after one conflict: %v", err)
+	}
+	if conflicts != 1 {
+		t.Fatalf("reactor saw %d conflicts, want 1", conflicts)
+	}
+	gets := 0
+	for _, a := range h.nfd.Actions() {
+		if a.GetVerb() == "get" {
+			gets++
+		}
+	}
+	// One get for the create, two for the update (before and after the conflict).
+	if gets != 3 {
+		t.Errorf("%d gets, want 3 (the conflict must re-read)", gets)
+	}
+	if got := h.get(t).Spec.Labels["nvidia.com/mig.strategy"]; got != "mixed" {
+		t.Errorf("mig.strategy=%q after retry, want mixed", got)
+	}
+}
+
+func TestNodeFeatureCreateRace(t *testing.T) {
+	h := newNFHarness(t)
+	raced := false
+	h.nfd.PrependReactor("create", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !raced {
+			raced = true
+			return true, nil, apierrors.NewAlreadyExists(nodeFeatureResource, h.pub.Name())
+		}
+		return false, nil, nil
+	})
+	if err := h.pub.Publish(context.Background(), testContent()); err != nil {
+		t.Fatalf("Publish after AlreadyExists: %v", err)
+	}
+	if h.pub.Stats().Creates != 1 {
+		t.Errorf("stats %+v, want 1 create", h.pub.Stats())
+	}
+}
+
+func TestNodeFeatureNotOurs(t *testing.T) {
+	existing := func(labels map[string]string, owners ...metav1.OwnerReference) *nfdv1alpha1.NodeFeature {
+		return &nfdv1alpha1.NodeFeature{ObjectMeta: metav1.ObjectMeta{
+			Name: NodeFeatureName(testNode), Namespace: testNamespace, Labels: labels, OwnerReferences: owners,
+		}}
+	}
+	ours := map[string]string{NodeNameLabel: testNode, ManagedByLabel: ManagedByValue}
+	tests := []struct {
+		name     string
+		obj      *nfdv1alpha1.NodeFeature
+		wantText string
+	}{
+		{"no marker", existing(map[string]string{NodeNameLabel: testNode}), ManagedByLabel},
+		{"other manager", existing(map[string]string{NodeNameLabel: testNode, ManagedByLabel: "gpu-feature-discovery"}), `"gpu-feature-discovery"`},
+		{"other node", existing(map[string]string{NodeNameLabel: "other", ManagedByLabel: ManagedByValue}), `"other"`},
+		{"owned by a pod", existing(ours, metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "nfd-worker-x", UID: "u"}), `Pod "nfd-worker-x"`},
+		{"owned by another node", existing(ours, metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "other", UID: "u"}), `Node "other"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newNFHarness(t, tt.obj)
+			err := h.pub.Publish(context.Background(), testContent())
+			if !errors.Is(err, ErrNotOurs) {
+				t.Fatalf("Publish error = %v, want ErrNotOurs", err)
+			}
+			for _, want := range []string{testNamespace + "/" + h.pub.Name(), tt.wantText} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %s", err, want)
+				}
+			}
+			if h.writes() != 0 {
+				t.Errorf("%d writes to a NodeFeature that is not ours", h.writes())
+			}
+		})
+	}
+}
+
+// TestNodeFeatureStaleOwner: an object of ours owned by an earlier Node of
+// the same name (re-created, new UID) is taken over, not refused.
+func TestNodeFeatureStaleOwner(t *testing.T) {
+	old := &nfdv1alpha1.NodeFeature{ObjectMeta: metav1.ObjectMeta{
+		Name: NodeFeatureName(testNode), Namespace: testNamespace,
+		Labels:          map[string]string{NodeNameLabel: testNode, ManagedByLabel: ManagedByValue},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: testNode, UID: "old-uid"}},
+	}}
+	h := newNFHarness(t, old)
+	if err := h.pub.Publish(context.Background(), testContent()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.get(t).OwnerReferences[0].UID; got != testNodeUID {
+		t.Errorf("owner UID %s, want %s", got, testNodeUID)
+	}
+}
+
+func TestNodeFeatureCRDMissing(t *testing.T) {
+	pageNotFound := apierrors.NewGenericServerResponse(http.StatusNotFound, "GET", nodeFeatureResource, NodeFeatureName(testNode), "404 page not found", 0, true)
+	tests := []struct {
+		name      string
+		getErr    error
+		createErr error
+		wantCRD   bool
+		wantText  string
+	}{
+		{name: "get answers 404 page not found", getErr: pageNotFound, wantCRD: true},
+		{name: "create answers NotFound for the resource", createErr: apierrors.NewNotFound(nodeFeatureResource, NodeFeatureName(testNode)), wantCRD: true},
+		{name: "namespace missing", createErr: apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, testNamespace), wantText: "namespace \"featureplug\" does not exist"},
+		{name: "forbidden", getErr: apierrors.NewForbidden(nodeFeatureResource, NodeFeatureName(testNode), errors.New("no")), wantText: "RBAC"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newNFHarness(t)
+			if tt.getErr != nil {
+				h.nfd.PrependReactor("get", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.getErr })
+			}
+			if tt.createErr != nil {
+				h.nfd.PrependReactor("create", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.createErr })
+			}
+			err := h.pub.Publish(context.Background(), testContent())
+			if err == nil {
+				t.Fatal("Publish succeeded")
+			}
+			if got := errors.Is(err, ErrCRDMissing); got != tt.wantCRD {
+				t.Errorf("errors.Is(%v, ErrCRDMissing) = %v, want %v", err, got, tt.wantCRD)
+			}
+			if tt.wantCRD && !strings.Contains(err.Error(), "CRDs are not installed") {
+				t.Errorf("error %q does not say the CRDs are missing", err)
+			}
+			if !strings.Contains(err.Error(), tt.wantText) {
+				t.Errorf("error %q does not contain %q", err, tt.wantText)
+			}
+		})
+	}
+}
+
+func TestNodeFeatureNodeMissing(t *testing.T) {
+	nfd := nfdfake.NewSimpleClientset()
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: "ghost", Namespace: testNamespace, NFD: nfd, Kube: kubefake.NewClientset()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pub.Publish(context.Background(), testContent())
+	if err == nil || !strings.Contains(err.Error(), `Node "ghost"`) {
+		t.Fatalf("Publish error = %v, want one naming Node \"ghost\"", err)
+	}
+}
+
+func TestNodeFeatureName(t *testing.T) {
+	long := strings.Repeat("a", 40) + "." + strings.Repeat("b", 30) + ".example.com"
+	tests := []struct {
+		node string
+		want string // empty: only check validity
+	}{
+		{node: "gpu-node-1", want: "featureplug-gpu-node-1"},
+		{node: "ip-10-0-0-1.ec2.internal", want: "featureplug-ip-10-0-0-1.ec2.internal"},
+		{node: strings.Repeat("n", 51), want: "featureplug-" + strings.Repeat("n", 51)},
+		{node: strings.Repeat("n", 52)},
+		{node: long},
+		{node: strings.Repeat("x", 250)},
+	}
+	seen := map[string]string{}
+	for _, tt := range tests {
+		got := NodeFeatureName(tt.node)
+		if tt.want != "" && got != tt.want {
+			t.Errorf("NodeFeatureName(%q) = %q, want %q", tt.node, got, tt.want)
+		}
+		if errs := content.IsDNS1123Subdomain(got); len(errs) > 0 || len(got) > 63 {
+			t.Errorf("NodeFeatureName(%q) = %q (%d chars) is not a valid short object name: %v", tt.node, got, len(got), errs)
+		}
+		if prev, ok := seen[got]; ok {
+			t.Errorf("NodeFeatureName(%q) = NodeFeatureName(%q) = %q", tt.node, prev, got)
+		}
+		seen[got] = tt.node
+	}
+	// Same 63-character prefix, different nodes: different names.
+	a, b := NodeFeatureName(strings.Repeat("z", 60)+"-a"), NodeFeatureName(strings.Repeat("z", 60)+"-b")
+	if a == b {
+		t.Errorf("two long node names share the object name %q", a)
+	}
+}
+
+func TestNewNodeFeaturePublisherErrors(t *testing.T) {
+	nfd, kube := nfdfake.NewSimpleClientset(), kubefake.NewClientset()
+	tests := []struct {
+		name string
+		cfg  NodeFeatureConfig
+		want string
+	}{
+		{"no NFD client", NodeFeatureConfig{NodeName: "n", Namespace: "ns", Kube: kube}, "NFD client"},
+		{"no kube client", NodeFeatureConfig{NodeName: "n", Namespace: "ns", NFD: nfd}, "Kubernetes client"},
+		{"bad node name", NodeFeatureConfig{NodeName: "Node_1", Namespace: "ns", NFD: nfd, Kube: kube}, `node name "Node_1"`},
+		{"node name too long for a label", NodeFeatureConfig{NodeName: strings.Repeat("a", 64), Namespace: "ns", NFD: nfd, Kube: kube}, NodeNameLabel},
+		{"bad namespace", NodeFeatureConfig{NodeName: "n", Namespace: "", NFD: nfd, Kube: kube}, `namespace ""`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewNodeFeaturePublisher(tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func BenchmarkNodeFeaturePublishUnchanged(b *testing.B) {
+	nfd := nfdfake.NewSimpleClientset()
+	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}})
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfd, Kube: kube})
+	if err != nil {
+		b.Fatal(err)
+	}
+	inv := a100MixedMIG()
+	c := NewContent(inv, mixedPlan(inv), LabelOptions{})
+	ctx := context.Background()
+	if err := pub.Publish(ctx, c); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := pub.Publish(ctx, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
