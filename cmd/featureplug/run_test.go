@@ -1,0 +1,340 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
+)
+
+// runMainEnv makes the test binary act as the featureplug binary, so the
+// process-level tests run the real command without a separate build.
+const runMainEnv = "FEATUREPLUG_TEST_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer safe for a process writing while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// agentProcess is `featureplug run` running as a child process.
+type agentProcess struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	logs    *syncBuffer
+	metrics string
+	exited  chan struct{}
+	err     error
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// shortTempDir returns a temp dir short enough for unix socket paths.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func startAgent(t *testing.T, args ...string) *agentProcess {
+	t.Helper()
+	addr := freePort(t)
+	p := &agentProcess{t: t, logs: &syncBuffer{}, metrics: "http://" + addr, exited: make(chan struct{})}
+	p.cmd = exec.Command(os.Args[0], append([]string{"run", "--metrics-addr", addr, "--log-level", "debug"}, args...)...)
+	p.cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("agent logs:\n%s", p.logs.String())
+		}
+	})
+	return p
+}
+
+// signal sends sig to the agent.
+func (p *agentProcess) signal(sig os.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// get fetches a path from the agent's HTTP server.
+func (p *agentProcess) get(path string) (int, string) {
+	resp, err := http.Get(p.metrics + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// metric returns the sum of a metric's samples whose line contains match.
+func (p *agentProcess) metric(name, match string) float64 {
+	_, body := p.get("/metrics")
+	var sum float64
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || !strings.Contains(line, match) {
+			continue
+		}
+		if rest := line[len(name):]; rest != "" && rest[0] != ' ' && rest[0] != '{' {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// eventually polls cond until it holds or the wait runs out.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func startKubelet(t *testing.T, dir string) *kubeletsim.Kubelet {
+	t.Helper()
+	k, err := kubeletsim.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	return k
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	// Write and rename, as editors and the kubelet do.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const twoResourceRules = `apiVersion: featureplug.io/v1alpha1
+kind: ResourceRules
+rules:
+- name: whole
+  devices: gpu
+  resource: nvidia.com/gpu
+- name: small-slices
+  devices: mig
+  matchFeatures:
+  - feature: nvidia.mig
+    matchExpressions:
+      profile: {op: In, value: ["1g.5gb"]}
+  resource: %s
+- name: other-slices
+  devices: mig
+  resource: nvidia.com/mig-{{ .profile }}
+`
+
+func TestRunRulesReload(t *testing.T) {
+	dir := shortTempDir(t)
+	k := startKubelet(t, dir)
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, rulesFile, fmt.Sprintf(twoResourceRules, "example.com/small"))
+	p := startAgent(t, "--fake-node", "dgx-a100", "--publish", "none", "--kubelet-dir", dir, "--rules", rulesFile)
+
+	want := map[string]int{"nvidia.com/gpu": 4, "example.com/small": 6, "nvidia.com/mig-2g.10gb": 8, "nvidia.com/mig-3g.20gb": 2}
+	for res, n := range want {
+		eventually(t, res+" is advertised", func() bool { total, _ := k.Capacity(res); return total == n })
+	}
+
+	// A rename: the renamed resource moves, the others keep their streams.
+	writeFile(t, rulesFile, fmt.Sprintf(twoResourceRules, "example.com/tiny"))
+	eventually(t, "example.com/tiny is advertised", func() bool { total, _ := k.Capacity("example.com/tiny"); return total == 6 })
+	eventually(t, "example.com/small is gone", func() bool { return !k.Streaming("example.com/small") })
+	for _, res := range []string{"nvidia.com/gpu", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-3g.20gb"} {
+		if k.Registrations(res) != 1 || k.Streams(res) != 1 || !k.Streaming(res) {
+			t.Errorf("%s: %d registrations, %d streams, streaming %v; want its one stream kept open",
+				res, k.Registrations(res), k.Streams(res), k.Streaming(res))
+		}
+	}
+
+	// An invalid edit: counted, and everything keeps serving.
+	writeFile(t, rulesFile, "apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n- name: broken\n  devices: gpu\n  resource: not a resource name\n")
+	eventually(t, "the rule error is counted", func() bool { return p.metric("featureplug_rule_errors_total", "") >= 1 })
+	for _, res := range []string{"nvidia.com/gpu", "example.com/tiny", "nvidia.com/mig-2g.10gb"} {
+		if !k.Streaming(res) || k.Registrations(res) != 1 {
+			t.Errorf("%s stopped serving after an invalid rules edit", res)
+		}
+	}
+	if !strings.Contains(p.logs.String(), "not a resource name") {
+		t.Errorf("the log does not name the bad value")
+	}
+}
+
+func TestRunFollowsFakeNodeChangesOnSIGHUP(t *testing.T) {
+	dir := shortTempDir(t)
+	k := startKubelet(t, dir)
+	nodeFile := filepath.Join(t.TempDir(), "node.yaml")
+	layout := func(profile string, count int) string {
+		return fmt.Sprintf(`name: test-node
+driverVersion: "570.86.15"
+cudaVersion: "12.8"
+gpus:
+  - product: A100-SXM4-40GB
+    mig:
+      - profile: %s
+        count: %d
+  - product: A100-SXM4-40GB
+`, profile, count)
+	}
+	writeFile(t, nodeFile, layout("1g.5gb", 7))
+	features := filepath.Join(t.TempDir(), "features")
+	p := startAgent(t, "--fake-node", nodeFile, "--rules", "mixed", "--kubelet-dir", dir,
+		"--publish", "file", "--features-file", features, "--rediscover-interval", "1h")
+	eventually(t, "7 1g.5gb devices", func() bool { total, _ := k.Capacity("nvidia.com/mig-1g.5gb"); return total == 7 })
+	eventually(t, "the feature file is written", func() bool {
+		data, _ := os.ReadFile(features)
+		return strings.Contains(string(data), "nvidia.com/mig-1g.5gb.count=7")
+	})
+
+	writeFile(t, nodeFile, layout("3g.20gb", 2))
+	p.signal(syscall.SIGHUP)
+	eventually(t, "2 3g.20gb devices", func() bool { total, _ := k.Capacity("nvidia.com/mig-3g.20gb"); return total == 2 })
+	eventually(t, "1g.5gb is gone", func() bool { return !k.Streaming("nvidia.com/mig-1g.5gb") })
+	eventually(t, "the labels follow", func() bool {
+		data, _ := os.ReadFile(features)
+		return strings.Contains(string(data), "nvidia.com/mig-3g.20gb.count=2") && !strings.Contains(string(data), "mig-1g.5gb")
+	})
+	if k.Registrations("nvidia.com/gpu") != 1 || k.Streams("nvidia.com/gpu") != 1 {
+		t.Errorf("nvidia.com/gpu was restarted by a MIG change on another GPU")
+	}
+}
+
+func TestRunReadinessAndCleanStop(t *testing.T) {
+	dir := shortTempDir(t)
+	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir)
+	eventually(t, "/healthz answers", func() bool { code, _ := p.get("/healthz"); return code == http.StatusOK })
+	if code, body := p.get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d %q before the kubelet is there; want 503", code, body)
+	}
+	k := startKubelet(t, dir)
+	eventually(t, "/readyz is ok", func() bool { code, _ := p.get("/readyz"); return code == http.StatusOK })
+	if total, _ := k.Capacity("nvidia.com/gpu"); total != 8 {
+		t.Errorf("nvidia.com/gpu capacity %d, want 8", total)
+	}
+
+	start := time.Now()
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("featureplug did not exit after SIGTERM")
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start))
+	if p.err != nil {
+		t.Errorf("exit after SIGTERM: %v", p.err)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != kubeletsim.SocketName {
+			t.Errorf("%s left behind in the kubelet directory", e.Name())
+		}
+	}
+}
+
+func TestRunHealthEventReachesKubelet(t *testing.T) {
+	dir := shortTempDir(t)
+	k := startKubelet(t, dir)
+	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir, "--health-recovery", "300ms")
+	eventually(t, "8 healthy GPUs", func() bool { _, healthy := k.Capacity("nvidia.com/gpu"); return healthy == 8 })
+
+	resp, err := http.Post(p.metrics+"/fake/xid?gpu=3&xid=79", "", nil)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("injecting XID 79: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	eventually(t, "GPU 3 goes unhealthy", func() bool { _, healthy := k.Capacity("nvidia.com/gpu"); return healthy == 7 })
+	unhealthy := ""
+	for _, d := range k.Devices("nvidia.com/gpu") {
+		if d.Health == pluginapi.Unhealthy {
+			unhealthy = d.ID
+		}
+	}
+	if !strings.Contains(p.logs.String(), unhealthy) {
+		t.Errorf("the log does not name unhealthy device %s", unhealthy)
+	}
+	eventually(t, "GPU 3 recovers", func() bool { _, healthy := k.Capacity("nvidia.com/gpu"); return healthy == 8 })
+
+	// A bad request names the parameter.
+	resp, err = http.Post(p.metrics+"/fake/xid?gpu=x&xid=79", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "gpu") {
+		t.Errorf("bad injection = %d %q", resp.StatusCode, body)
+	}
+}
