@@ -1,0 +1,170 @@
+package labeler
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Defaults of Loop and Backoff.
+const (
+	DefaultBackoffInitial = time.Second
+	DefaultBackoffMax     = time.Minute
+	DefaultBackoffFactor  = 2.0
+	DefaultPublishTimeout = 30 * time.Second
+)
+
+// Backoff computes capped exponential retry delays. Zero fields take the
+// defaults (1s, doubling, capped at 1 minute).
+type Backoff struct {
+	// Initial is the delay after the first failure.
+	Initial time.Duration
+	// Factor multiplies the delay after each further failure (>= 1).
+	Factor float64
+	// Max caps the delay.
+	Max time.Duration
+}
+
+// Delay returns the delay before the next attempt after the given number of
+// consecutive failures (1 for the first).
+func (b Backoff) Delay(failures int) time.Duration {
+	initial, factor, maxDelay := b.Initial, b.Factor, b.Max
+	if initial <= 0 {
+		initial = DefaultBackoffInitial
+	}
+	if factor < 1 {
+		factor = DefaultBackoffFactor
+	}
+	if maxDelay <= 0 {
+		maxDelay = DefaultBackoffMax
+	}
+	d := float64(initial)
+	for i := 1; i < failures && d < float64(maxDelay); i++ {
+		d *= factor
+	}
+	if d > float64(maxDelay) {
+		return maxDelay
+	}
+	return time.Duration(d)
+}
+
+// capped returns the capped delay, used for failures that retrying soon cannot
+// fix (NFD's CRDs missing, a NodeFeature that is not ours).
+func (b Backoff) capped() time.Duration { return b.Delay(1 << 20) }
+
+// Loop publishes the latest Content: at once when new Content arrives, again
+// every Resync, and, after a failure, with capped exponential backoff. It
+// runs in its own goroutine and never blocks the producer for longer than a
+// channel send (see Offer).
+type Loop struct {
+	// Publisher receives the Content.
+	Publisher Publisher
+	// Resync republishes the latest Content this often after a success
+	// (repairing objects or files changed behind the agent's back); zero or
+	// less disables it.
+	Resync time.Duration
+	// Backoff spaces retries after failures.
+	Backoff Backoff
+	// Timeout bounds each Publish call; zero means DefaultPublishTimeout.
+	Timeout time.Duration
+	// Clock drives resync and retry timers; nil is the real clock.
+	Clock clock.Clock
+	// Logger receives failures (warn) and recoveries (info); nil uses
+	// slog.Default().
+	Logger *slog.Logger
+	// OnPublish, when set, is called after every attempt with its result,
+	// e.g. to feed metrics.
+	OnPublish func(err error)
+}
+
+// Run publishes the Content received on contents with pub, resyncing every
+// resync, until ctx ends. See Loop.Run.
+func Run(ctx context.Context, pub Publisher, contents <-chan Content, resync time.Duration) error {
+	l := Loop{Publisher: pub, Resync: resync}
+	return l.Run(ctx, contents)
+}
+
+// Run publishes until ctx ends, then returns nil. Nothing is published
+// before the first Content arrives. A closed contents channel means no new
+// Content: Run keeps resyncing and retrying the last one until ctx ends.
+func (l *Loop) Run(ctx context.Context, contents <-chan Content) error {
+	clk := l.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	log := l.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	timeout := l.Timeout
+	if timeout <= 0 {
+		timeout = DefaultPublishTimeout
+	}
+
+	var (
+		latest   Content
+		have     bool
+		failures int
+		timer    clock.Timer
+		timerC   <-chan time.Time
+	)
+	schedule := func(d time.Duration) {
+		if timer != nil {
+			timer.Stop()
+		}
+		timer, timerC = nil, nil
+		if d > 0 {
+			timer = clk.NewTimer(d)
+			timerC = timer.C()
+		}
+	}
+	defer schedule(0)
+
+	publish := func() {
+		attemptCtx, cancel := context.WithTimeout(ctx, timeout)
+		err := l.Publisher.Publish(attemptCtx, latest)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if l.OnPublish != nil {
+			l.OnPublish(err)
+		}
+		if err == nil {
+			if failures > 0 {
+				log.Info("published after failures", "failures", failures)
+			}
+			failures = 0
+			schedule(l.Resync)
+			return
+		}
+		failures++
+		delay := l.Backoff.Delay(failures)
+		if errors.Is(err, ErrCRDMissing) || errors.Is(err, ErrNotOurs) {
+			delay = l.Backoff.capped()
+		}
+		log.Warn("publish failed; will retry", "error", err, "failures", failures, "retryIn", delay)
+		schedule(delay)
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case c, ok := <-contents:
+			if !ok {
+				contents = nil // a nil channel never receives
+				continue
+			}
+			latest, have = c, true
+			publish()
+		case <-timerC:
+			if have {
+				publish()
+			}
+		}
+	}
+}

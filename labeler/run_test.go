@@ -1,0 +1,275 @@
+package labeler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// fakePublisher records every Publish and fails while failures remain.
+type fakePublisher struct {
+	calls chan Content
+
+	mu       sync.Mutex
+	failures int
+	err      error
+}
+
+func newFakePublisher(failures int, err error) *fakePublisher {
+	return &fakePublisher{calls: make(chan Content, 100), failures: failures, err: err}
+}
+
+func (f *fakePublisher) Publish(_ context.Context, c Content) error {
+	f.calls <- c
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failures > 0 {
+		f.failures--
+		return f.err
+	}
+	return nil
+}
+
+// loopHarness runs a Loop on a fake clock.
+type loopHarness struct {
+	t        *testing.T
+	clk      *testingclock.FakeClock
+	contents chan Content
+	cancel   context.CancelFunc
+	done     chan error
+	results  chan error
+}
+
+func startLoop(t *testing.T, pub Publisher, resync time.Duration, backoff Backoff) *loopHarness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &loopHarness{
+		t:        t,
+		clk:      testingclock.NewFakeClock(time.Unix(0, 0)),
+		contents: make(chan Content, 1),
+		cancel:   cancel,
+		done:     make(chan error, 1),
+		results:  make(chan error, 100),
+	}
+	loop := &Loop{
+		Publisher: pub,
+		Resync:    resync,
+		Backoff:   backoff,
+		Clock:     h.clk,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnPublish: func(err error) { h.results <- err },
+	}
+	go func() { h.done <- loop.Run(ctx, h.contents) }()
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *loopHarness) stop() {
+	h.cancel()
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.t.Errorf("Run returned %v after cancel, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		h.t.Error("Run did not return after cancel")
+	}
+}
+
+// result waits for the next attempt's result.
+func (h *loopHarness) result() error {
+	h.t.Helper()
+	select {
+	case err := <-h.results:
+		return err
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("no publish attempt")
+		return nil
+	}
+}
+
+// noResult checks that no attempt happened. Attempts only start on a
+// content or a fake-clock timer, so after the loop is parked on its timer
+// nothing can arrive without a Step.
+func (h *loopHarness) noResult() {
+	h.t.Helper()
+	select {
+	case err := <-h.results:
+		h.t.Fatalf("unexpected publish attempt (err %v)", err)
+	default:
+	}
+}
+
+// step advances the fake clock once the loop has armed its timer.
+func (h *loopHarness) step(d time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !h.clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			h.t.Fatal("loop armed no timer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.clk.Step(d)
+}
+
+func TestLoopBackoffThenResync(t *testing.T) {
+	unavailable := errors.New("connection refused")
+	pub := newFakePublisher(4, unavailable)
+	h := startLoop(t, pub, 10*time.Minute, Backoff{Initial: time.Second, Factor: 2, Max: 4 * time.Second})
+
+	Offer(h.contents, Content{Labels: map[string]string{"a": "1"}})
+	// Attempts fail 4 times; delays 1s, 2s, 4s, 4s (capped).
+	for i, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second} {
+		if err := h.result(); !errors.Is(err, unavailable) {
+			t.Fatalf("attempt %d: %v, want the injected failure", i+1, err)
+		}
+		h.step(delay - time.Millisecond)
+		h.noResult()
+		h.step(time.Millisecond)
+	}
+	if err := h.result(); err != nil {
+		t.Fatalf("attempt 5: %v, want success", err)
+	}
+	// After the success: the next attempt is the resync, not a retry.
+	h.step(10*time.Minute - time.Millisecond)
+	h.noResult()
+	h.step(time.Millisecond)
+	if err := h.result(); err != nil {
+		t.Fatalf("resync: %v", err)
+	}
+	if got := len(pub.calls); got != 6 {
+		t.Errorf("%d publishes, want 6", got)
+	}
+}
+
+// TestLoopSlowRetryForCRDMissing: a missing NFD API is retried at the cap,
+// not with the short initial delay.
+func TestLoopSlowRetryForCRDMissing(t *testing.T) {
+	pub := newFakePublisher(1, fmt.Errorf("publish: %w", ErrCRDMissing))
+	h := startLoop(t, pub, 0, Backoff{Initial: time.Second, Max: time.Minute})
+	Offer(h.contents, Content{})
+	if err := h.result(); !errors.Is(err, ErrCRDMissing) {
+		t.Fatalf("first attempt: %v", err)
+	}
+	h.step(time.Minute - time.Millisecond)
+	h.noResult()
+	h.step(time.Millisecond)
+	if err := h.result(); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+}
+
+// TestLoopNewContentDuringBackoff: new content is published at once, even
+// while a retry is pending.
+func TestLoopNewContentDuringBackoff(t *testing.T) {
+	pub := newFakePublisher(1, errors.New("boom"))
+	h := startLoop(t, pub, 0, Backoff{Initial: time.Hour, Max: time.Hour})
+	Offer(h.contents, Content{Labels: map[string]string{"v": "1"}})
+	if err := h.result(); err == nil {
+		t.Fatal("first attempt succeeded, want the injected failure")
+	}
+	Offer(h.contents, Content{Labels: map[string]string{"v": "2"}})
+	if err := h.result(); err != nil {
+		t.Fatalf("second attempt: %v", err)
+	}
+	<-pub.calls
+	if got := (<-pub.calls).Labels["v"]; got != "2" {
+		t.Errorf("second publish had v=%q, want 2", got)
+	}
+}
+
+// TestLoopClosedChannelKeepsResyncing: closing contents stops updates, not
+// the loop.
+func TestLoopClosedChannelKeepsResyncing(t *testing.T) {
+	pub := newFakePublisher(0, nil)
+	h := startLoop(t, pub, time.Minute, Backoff{})
+	h.contents <- Content{Labels: map[string]string{"v": "1"}}
+	close(h.contents)
+	if err := h.result(); err != nil {
+		t.Fatal(err)
+	}
+	h.step(time.Minute)
+	if err := h.result(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLoopNodeFeatureBackoff drives the NodeFeature publisher through an
+// API server that is unavailable for three attempts: the loop retries with
+// backoff and creates the object on the fourth.
+func TestLoopNodeFeatureBackoff(t *testing.T) {
+	nf := newNFHarness(t)
+	failures := 3
+	nf.nfd.PrependReactor("get", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failures > 0 {
+			failures--
+			return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+		}
+		return false, nil, nil
+	})
+	h := startLoop(t, nf.pub, time.Hour, Backoff{Initial: time.Second, Factor: 2, Max: time.Minute})
+	Offer(h.contents, testContent())
+	for i, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		if err := h.result(); !apierrors.IsServiceUnavailable(err) {
+			t.Fatalf("attempt %d: %v, want ServiceUnavailable", i+1, err)
+		}
+		h.step(delay)
+	}
+	if err := h.result(); err != nil {
+		t.Fatalf("attempt 4: %v", err)
+	}
+	if s := nf.pub.Stats(); s.Creates != 1 {
+		t.Errorf("stats %+v, want the object created once", s)
+	}
+	// Resyncs of unchanged content write nothing.
+	for range 3 {
+		h.step(time.Hour)
+		if err := h.result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := nf.pub.Stats(); s.Writes() != 1 || s.Unchanged != 3 {
+		t.Errorf("stats %+v after 3 resyncs, want 1 write and 3 unchanged", s)
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, newFakePublisher(0, nil), make(chan Content), time.Minute) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop with its context")
+	}
+}
+
+func TestOfferKeepsLatest(t *testing.T) {
+	ch := make(chan Content, 1)
+	for i := range 5 {
+		Offer(ch, Content{Labels: map[string]string{"v": fmt.Sprint(i)}})
+	}
+	if got := (<-ch).Labels["v"]; got != "4" {
+		t.Errorf("Offer kept v=%s, want the latest (4)", got)
+	}
+	select {
+	case c := <-ch:
+		t.Errorf("channel still holds %v", c)
+	default:
+	}
+}
