@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/featureplug/featureplug/rules"
+)
+
+// explainOutput is what `featureplug rules explain -o yaml|json` prints.
+type explainOutput struct {
+	Rules    string   `json:"rules"`
+	Warnings []string `json:"warnings,omitempty"`
+	*rules.Plan
+}
+
+func newRulesCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rules",
+		Short: "Check rules files and explain what they make of a node's devices",
+		Long: `Rules map a node's devices to extended resource names. "rules check" validates
+rules files; "rules explain" shows, for every device of a node, the resource it
+becomes, the rule that claimed it and why each earlier rule did not.
+
+A rules file is a path or one of the builtin names: ` + strings.Join(rules.BuiltinNames(), ", ") + `.`,
+	}
+	cmd.AddCommand(newRulesCheckCommand(), newRulesExplainCommand())
+	return cmd
+}
+
+func newRulesCheckCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "check FILE...",
+		Short: "Validate rules files, listing every error and warning",
+		Example: `  featureplug rules check /etc/featureplug/rules.yaml
+  featureplug rules check mixed`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return checkRules(cmd.OutOrStdout(), cmd.ErrOrStderr(), args)
+		},
+	}
+}
+
+// checkRules loads each file, printing what is wrong with it, and fails
+// when any file does not load.
+func checkRules(out, errOut io.Writer, files []string) error {
+	bad := 0
+	for _, file := range files {
+		rs, err := rules.Load(file)
+		if err != nil {
+			bad++
+			fmt.Fprintf(errOut, "%s: invalid:\n", file)
+			for _, line := range strings.Split(err.Error(), "\n") {
+				fmt.Fprintf(errOut, "  %s\n", line)
+			}
+			continue
+		}
+		printWarnings(errOut, rs)
+		fmt.Fprintf(out, "%s: ok, %d rules (%s)\n", file, len(rs.RuleNames()), strings.Join(rs.RuleNames(), ", "))
+	}
+	if bad > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("rules check: %d of %d files invalid", bad, len(files))}
+	}
+	return nil
+}
+
+// printWarnings prints a rule set's warnings, one a line.
+func printWarnings(w io.Writer, rs *rules.RuleSet) {
+	for _, warning := range rs.Warnings() {
+		fmt.Fprintf(w, "warning: %s\n", warning)
+	}
+}
+
+func newRulesExplainCommand() *cobra.Command {
+	var (
+		src        sourceFlags
+		rulesFile  string
+		output     string
+		nodeLabels map[string]string
+	)
+	cmd := &cobra.Command{
+		Use:   "explain",
+		Short: "Show what rules make of a node's devices, and why",
+		Long: `Explain discovers the node's GPUs (through NVML, or a fake node), applies the
+rules and prints, for every device, the resource it becomes, the rule that
+claimed it, its sharing, and why each earlier rule did not claim it; then the
+resources. Without --rules it explains the default rules (builtin "none").`,
+		Example: `  featureplug rules explain --rules mixed --fake-node dgx-a100
+  featureplug rules explain --rules rules.yaml --fake-node ./node.yaml --node-label pool=inference
+  featureplug rules explain --rules /etc/featureplug/rules.yaml -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output, "table", "yaml", "json"); err != nil {
+				return err
+			}
+			rs := rules.Default()
+			if rulesFile != "" {
+				var err error
+				if rs, err = rules.Load(rulesFile); err != nil {
+					return &exitError{code: 1, err: err}
+				}
+			}
+			inv, err := discoverInventory(cmd.Context(), src)
+			if err != nil {
+				return err
+			}
+			plan, err := rs.Plan(inv, nodeLabels)
+			if err != nil {
+				return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to this node:\n%w", err)}
+			}
+			return printExplanation(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan)
+		},
+	}
+	src.addFlags(cmd.Flags())
+	cmd.Flags().StringVar(&rulesFile, "rules", "", "rules file: a path or a builtin name ("+strings.Join(rules.BuiltinNames(), ", ")+"); default: none")
+	cmd.Flags().StringToStringVar(&nodeLabels, "node-label", nil, "a label of the node, for rules with a nodeSelector (key=value, repeatable)")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
+	return cmd
+}
+
+// printExplanation writes a plan in the chosen format.
+func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, plan *rules.Plan) error {
+	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), Plan: plan}
+	switch format {
+	case "json":
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(doc)
+	case "yaml":
+		data, err := yaml.Marshal(doc)
+		if err != nil {
+			return fmt.Errorf("encoding the plan: %w", err)
+		}
+		_, err = out.Write(data)
+		return err
+	}
+	printWarnings(errOut, rs)
+	if _, err := fmt.Fprintf(out, "Rules: %s\n\n", rs.Source()); err != nil {
+		return err
+	}
+	if err := rules.WriteExplanation(out, plan); err != nil {
+		return errors.Join(errors.New("writing the explanation"), err)
+	}
+	return nil
+}

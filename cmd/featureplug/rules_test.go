@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runRules runs `featureplug rules ARGS...` and returns its output.
+func runRules(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := newRulesCommand()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	cmd.SilenceUsage = true
+	cmd.SilenceErrors = true
+	err = cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+// exitCode is the code main would exit with for err.
+func exitCode(err error) int {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	}
+	return 1
+}
+
+func TestRulesCheck(t *testing.T) {
+	pools := filepath.Join("..", "..", "rules", "testdata", "pools.yaml")
+	bad := filepath.Join("..", "..", "rules", "testdata", "many-errors.yaml")
+	warn := filepath.Join(t.TempDir(), "warn.yaml")
+	if err := os.WriteFile(warn, []byte(`apiVersion: featureplug.io/v1alpha1
+kind: ResourceRules
+rules:
+- name: fans
+  devices: gpu
+  matchFeatures: [{feature: nvidia.fan, matchExpressions: {speed: {op: Exists}}}]
+  resource: example.com/gpu
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		wantOut    []string
+		wantErrOut []string
+	}{
+		{"builtin and file", []string{"check", "mixed", pools}, 0,
+			[]string{"mixed: ok, 2 rules (gpu, mig)", "pools.yaml: ok, 4 rules (inference-h100, big-mig, small-mig, rest)"}, nil},
+		{"warnings", []string{"check", warn}, 0, []string{"warn.yaml: ok, 1 rules (fans)"},
+			[]string{`warning: ` + warn + `:6: rules[0] "fans": matchFeatures[0].feature: featureplug never publishes this feature`}},
+		{"every error", []string{"check", pools, bad}, 1, []string{"pools.yaml: ok"}, []string{
+			"many-errors.yaml: invalid:",
+			`many-errors.yaml:8: rules[0] "typo": sharing: unknown field "stratgy"`,
+			`many-errors.yaml:15: rules[1] "bad-expression": matchFeatures[0].matchExpressions.memory: invalid expression`,
+			`many-errors.yaml:19: rules[2] "bad-name": resource: "kubernetes.io/mig"`,
+			`many-errors.yaml:21: rules[3] "typo": devices: must be "gpu" or "mig" (have "everything")`,
+			`many-errors.yaml:23: rules[3] "typo": sharing.replicas: must be at least 1 (have 0)`,
+			`many-errors.yaml:20: rules[3] "typo": name: name already used by rules[0]`,
+		}},
+		{"missing file", []string{"check", "no-such-rules.yaml"}, 1, nil, []string{"no-such-rules.yaml"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, err := runRules(t, tt.args...)
+			if got := exitCode(err); got != tt.code {
+				t.Errorf("exit code %d (%v), want %d", got, err, tt.code)
+			}
+			for _, w := range tt.wantOut {
+				if !strings.Contains(out, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tt.wantErrOut {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errOut)
+				}
+			}
+		})
+	}
+	if _, _, err := runRules(t, "check"); err == nil {
+		t.Errorf("check without files succeeded")
+	}
+}
+
+func TestRulesExplain(t *testing.T) {
+	out, _, err := runRules(t, "explain", "--rules", "mixed", "--fake-node", "a100-80gb-mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{
+		"Rules: builtin:mixed",
+		"GPU 0 NVIDIA A100-SXM4-80GB  GPU-",
+		"resource  none: MIG is enabled, so only its MIG devices can be claimed",
+		"GPU 0 MIG 3 (1g.10gb+me)  MIG-",
+		"resource  nvidia.com/mig-1g.10gb.me",
+		"(1 rule for devices: gpu skipped)",
+		"nvidia.com/gpu             1        none",
+		"nvidia.com/mig-1g.10gb.me  0:3      none",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("explain output lacks %q:\n%s", w, out)
+		}
+	}
+
+	// The default rules are none.
+	out, _, err = runRules(t, "explain", "--fake-node", "a100-80gb-mixed")
+	if err != nil || !strings.Contains(out, "Rules: builtin:none") || strings.Contains(out, "mig-") {
+		t.Errorf("explain without --rules: %v\n%s", err, out)
+	}
+}
+
+func TestRulesExplainJSONWithNodeLabels(t *testing.T) {
+	pools := filepath.Join("..", "..", "rules", "testdata", "pools.yaml")
+	for _, tt := range []struct {
+		labels   []string
+		resource string
+	}{
+		{[]string{"--node-label", "pool=inference", "--node-label", "zone=a"}, "example.com/h100-mps"},
+		{nil, "nvidia.com/gpu"},
+	} {
+		args := append([]string{"explain", "--rules", pools, "--fake-node", "dgx-h100", "-o", "json"}, tt.labels...)
+		out, _, err := runRules(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Rules     string `json:"rules"`
+			Resources []struct {
+				Name    string
+				Devices []json.RawMessage
+				Sharing struct{ Strategy string }
+			}
+			Decisions []struct{ Rule string }
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("output is not JSON: %v\n%s", err, out)
+		}
+		if doc.Rules != pools || len(doc.Resources) != 1 || doc.Resources[0].Name != tt.resource || len(doc.Resources[0].Devices) != 8 || len(doc.Decisions) != 8 {
+			t.Errorf("labels %v: %+v", tt.labels, doc)
+		}
+	}
+}
+
+func TestRulesExplainFailures(t *testing.T) {
+	raw := filepath.Join(t.TempDir(), "raw.yaml")
+	if err := os.WriteFile(raw, []byte(`apiVersion: featureplug.io/v1alpha1
+kind: ResourceRules
+rules:
+- name: raw
+  devices: gpu
+  resource: 'example.com/{{ .product }}'
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad output", []string{"explain", "--fake-node", "workstation", "-o", "xml"}, `--output: "xml"`},
+		{"bad rules", []string{"explain", "--rules", filepath.Join("..", "..", "rules", "testdata", "many-errors.yaml"), "--fake-node", "workstation"}, `many-errors.yaml:8: rules[0] "typo"`},
+		{"rules that do not apply", []string{"explain", "--rules", raw, "--fake-node", "workstation"}, `template gives "example.com/NVIDIA L4" for GPU 0 NVIDIA L4`},
+		{"unknown fake node", []string{"explain", "--fake-node", "no-such-node"}, "no-such-node"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runRules(t, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
