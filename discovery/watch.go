@@ -15,14 +15,14 @@ const noInstance = 0xFFFFFFFF
 
 // defaultWaitTimeout bounds how long one NVML event wait blocks, and so how
 // quickly the watcher notices its context ending.
-const defaultWaitTimeout = 500 * time.Millisecond
+const defaultWaitTimeout = 100 * time.Millisecond
 
 // HealthOptions configure a HealthWatcher.
 type HealthOptions struct {
 	// IgnoredXIDs are XIDs that never make a device unhealthy. Nil means
 	// DefaultIgnoredXIDs(); an empty, non-nil slice ignores none.
 	IgnoredXIDs []uint64
-	// WaitTimeout bounds one NVML event wait (default 500ms).
+	// WaitTimeout bounds one NVML event wait (default 100ms).
 	WaitTimeout time.Duration
 	// Logger receives watcher diagnostics (default: discarded).
 	Logger *slog.Logger

@@ -97,7 +97,7 @@ func startAgent(t *testing.T, args ...string) *agentProcess {
 	t.Cleanup(func() {
 		p.cmd.Process.Kill()
 		<-p.exited
-		if t.Failed() {
+		if t.Failed() || os.Getenv("FP_SHOW_LOGS") != "" {
 			t.Logf("agent logs:\n%s", p.logs.String())
 		}
 	})
