@@ -45,8 +45,10 @@ lint:
 	cd test && $(GO) vet ./...
 	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
 
+## demo: the whole chain on the bundled fake dgx-a100, no GPU and no cluster.
 demo: build
-	$(BIN) demo
+	$(GO) build -o $(BIN_DIR)/featureplug-demo ./cmd/featureplug-demo
+	$(BIN_DIR)/featureplug-demo --featureplug $(BIN)
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
