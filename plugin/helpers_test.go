@@ -78,14 +78,6 @@ func h100Plan(name string) *rules.Plan {
 	}
 }
 
-// ids returns the IDs of devices.
-func ids(devs []rules.Device) []string {
-	out := make([]string, len(devs))
-	for i, d := range devs {
-		out[i] = d.ID
-	}
-	return out
-}
 
 // tempDir returns a short temporary directory: unix socket paths are
 // limited to 107 bytes, and t.TempDir paths can be long.

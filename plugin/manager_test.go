@@ -459,3 +459,14 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("second manager on the same registry: error %v, want a registration error", err)
 	}
 }
+
+func TestEmptyResource(t *testing.T) {
+	e := startEnv(t, DefaultOptions(), &rules.Plan{Resources: []rules.Resource{{Name: "example.com/none"}}})
+	e.waitRegistered(1, "example.com/none")
+	if total, _ := e.kubelet.Capacity("example.com/none"); total != 0 {
+		t.Errorf("capacity %d, want 0", total)
+	}
+	if _, err := e.kubelet.GetPreferredAllocation(e.ctx(), "example.com/none", nil, nil, 1); err == nil {
+		t.Error("GetPreferredAllocation from no devices did not fail")
+	}
+}

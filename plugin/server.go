@@ -23,8 +23,10 @@ const (
 	// registerTimeout bounds one Register call to the kubelet.
 	registerTimeout = 5 * time.Second
 	// registerBackoffMin and registerBackoffMax bound the wait between
-	// failed registration attempts; it doubles after each failure.
-	registerBackoffMin = 100 * time.Millisecond
+	// failed registration attempts; it doubles after each failure and
+	// starts again from the minimum when a new kubelet socket appears
+	// (which can refuse connections for a moment after it is created).
+	registerBackoffMin = 20 * time.Millisecond
 	registerBackoffMax = 10 * time.Second
 )
 
@@ -226,6 +228,7 @@ func (s *server) registerLoop() {
 		case <-s.ctx.Done():
 			return
 		case <-s.kick:
+			delay = registerBackoffMin
 		case <-retryC:
 		}
 		if retry != nil {

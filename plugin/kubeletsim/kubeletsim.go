@@ -227,6 +227,9 @@ func (k *Kubelet) watch(ctx context.Context, p *plugin) {
 			return
 		}
 		p.devices = resp.GetDevices()
+		if p.devices == nil {
+			p.devices = []*pluginapi.Device{} // an empty list, not "nothing yet"
+		}
 		if k.plugins[p.resource] == p {
 			k.updates[p.resource]++
 		}
