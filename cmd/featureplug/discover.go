@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/labeler"
+	"github.com/featureplug/featureplug/rules"
 )
 
 // discoverOutput is what `featureplug discover -o yaml|json` prints.
@@ -23,7 +25,7 @@ type discoverOutput struct {
 
 func newDiscoverCommand() *cobra.Command {
 	var src sourceFlags
-	var output string
+	var output, rulesName string
 	cmd := &cobra.Command{
 		Use:   "discover",
 		Short: "Discover the node's GPUs and print them with their NFD features",
@@ -32,21 +34,26 @@ Inventory (GPUs, MIG devices, links) and the NFD features derived from it,
 exactly as the agent publishes them.`,
 		Example: `  featureplug discover --fake-node dgx-a100
   featureplug discover -o yaml
+  featureplug discover --fake-node dgx-h100 -o labels --rules per-model
   featureplug discover --driver-root /run/nvidia/driver -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "table", "yaml", "json"); err != nil {
+			if err := checkOutput(output, "table", "yaml", "json", "labels"); err != nil {
 				return err
 			}
 			inv, err := discoverInventory(cmd.Context(), src)
 			if err != nil {
 				return err
 			}
+			if output == "labels" {
+				return printLabels(cmd.OutOrStdout(), inv, rulesName)
+			}
 			return printDiscovery(cmd.OutOrStdout(), output, inv)
 		},
 	}
 	src.addFlags(cmd.Flags())
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml, json or labels (the node labels the agent publishes)")
+	cmd.Flags().StringVar(&rulesName, "rules", "", "rules file or builtin whose plan the per-resource labels of -o labels follow (default: none)")
 	return cmd
 }
 
@@ -56,6 +63,23 @@ func checkOutput(value string, allowed ...string) error {
 		return nil
 	}
 	return fmt.Errorf("--output: %q is not a known format (use %s)", value, strings.Join(allowed, ", "))
+}
+
+// printLabels prints the labels the agent would publish for inv with the
+// given rules, as sorted key=value lines.
+func printLabels(w io.Writer, inv *discovery.Inventory, rulesName string) error {
+	rs := rules.Default()
+	if rulesName != "" {
+		var err error
+		if rs, err = rules.Load(rulesName); err != nil {
+			return err
+		}
+	}
+	plan, err := rs.Plan(inv, nil)
+	if err != nil {
+		return err
+	}
+	return labeler.WriteLabels(w, labeler.Labels(inv, plan, labeler.LabelOptions{}))
 }
 
 func printDiscovery(w io.Writer, format string, inv *discovery.Inventory) error {
