@@ -1,0 +1,23 @@
+// Package mps supervises NVIDIA MPS control daemons: one
+// nvidia-cuda-mps-control daemon per resource that a rule shares with MPS.
+//
+// A Supervisor starts each daemon with `nvidia-cuda-mps-control -d` and the
+// resource's own pipe and log directories (<root>/<resource with '/' as
+// '_'>/pipe and /log) and CUDA_VISIBLE_DEVICES set to the resource's GPU
+// UUIDs, then configures it through the control interface (the same binary
+// without -d, one command per line on stdin): the default active thread
+// percentage and a default pinned device memory limit per GPU. Pinned
+// memory limits name GPUs by UUID, because inside the daemon the device
+// ordinals count only the GPUs in CUDA_VISIBLE_DEVICES.
+//
+// Every check interval the supervisor asks each daemon a cheap question
+// (get_default_active_thread_percentage). A daemon that does not answer is
+// dead: its resource is marked not ready, and the daemon is started and
+// configured again after a capped exponential backoff. A resource that goes
+// away, and every resource on Stop, gets `quit`.
+//
+// The agent holds an MPS resource back from the kubelet until Ready says
+// its daemon is up and configured; Ready's reason explains why not (for
+// example "nvidia-cuda-mps-control not found in PATH"). Allocate responses
+// point clients at PipeDir.
+package mps

@@ -1,0 +1,374 @@
+package mps
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Options.
+const (
+	// DefaultRoot is the MPS root; it matches the plugin package's default
+	// MPS root, from which Allocate mounts the pipe directories.
+	DefaultRoot = "/run/featureplug/mps"
+	// DefaultCheckInterval is the period of the liveness check.
+	DefaultCheckInterval = 5 * time.Second
+	// DefaultCommandTimeout bounds every run of the control program.
+	DefaultCommandTimeout = 10 * time.Second
+)
+
+// Reasons Ready gives while a daemon is not up.
+const (
+	reasonStarting  = "daemon starting"
+	reasonRestarted = "daemon restarting after exit: "
+	reasonFailed    = "daemon start failed: "
+)
+
+// Options configure a Supervisor. The zero value is usable.
+type Options struct {
+	// Root holds one directory per resource, <Root>/<resource with '/' as
+	// '_'>, with the daemon's pipe and log directories (default
+	// DefaultRoot). It must be absolute.
+	Root string
+	// ControlBinary is the MPS control program: a name looked up in PATH
+	// (default DefaultControlBinary) or an absolute path, for example under
+	// a driver root. It is looked up again at every start attempt, so a
+	// driver installed after the agent starts is picked up.
+	ControlBinary string
+	// Logger receives the supervisor's logs (default: discarded).
+	Logger *slog.Logger
+	// Registerer, when set, receives the supervisor's metrics.
+	Registerer prometheus.Registerer
+	// Backoff paces restarts of daemons that died or failed to start
+	// (default 1 s doubling to 1 min).
+	Backoff Backoff
+	// CheckInterval is the period of the liveness check (default
+	// DefaultCheckInterval).
+	CheckInterval time.Duration
+	// CommandTimeout bounds every run of the control program (default
+	// DefaultCommandTimeout).
+	CommandTimeout time.Duration
+	// OnChange, when set, is called with a resource's name whenever its
+	// readiness or reason changes, so the agent can advertise or withdraw
+	// the resource. It runs on the resource's supervising goroutine with
+	// no lock held: it may call Ready, PipeDir and Statuses, must return
+	// promptly, and must not call Apply or Stop.
+	OnChange func(resource string)
+}
+
+// Supervisor runs one nvidia-cuda-mps-control daemon per MPS-shared
+// resource: it starts and configures each daemon, checks that it stays
+// alive, restarts it with backoff when it dies, and quits it when its
+// resource goes away. Its methods are safe for concurrent use.
+type Supervisor struct {
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+	// env is the agent's environment, the base of every daemon's.
+	env []string
+	// running counts supervising goroutines, stopping ones included.
+	running sync.WaitGroup
+
+	mu            sync.Mutex
+	workers       map[string]*worker
+	stopped       bool
+	binaryMissing bool
+}
+
+// Status is the state of one resource's daemon.
+type Status struct {
+	// Resource is the resource name.
+	Resource string
+	// Ready is true while the daemon is up and configured.
+	Ready bool
+	// Reason says why the daemon is not ready; empty when it is.
+	Reason string
+	// Restarts counts the times the daemon was found dead.
+	Restarts int
+	// PipeDir and LogDir are the daemon's directories.
+	PipeDir, LogDir string
+}
+
+// New returns a Supervisor that runs no daemon until Apply. Bad options
+// get an error naming the field and its value.
+func New(opts Options) (*Supervisor, error) {
+	if opts.Root == "" {
+		opts.Root = DefaultRoot
+	}
+	if opts.ControlBinary == "" {
+		opts.ControlBinary = DefaultControlBinary
+	}
+	if opts.CheckInterval == 0 {
+		opts.CheckInterval = DefaultCheckInterval
+	}
+	if opts.CommandTimeout == 0 {
+		opts.CommandTimeout = DefaultCommandTimeout
+	}
+	var errs []error
+	if !filepath.IsAbs(opts.Root) {
+		errs = append(errs, fmt.Errorf("root: %q is not an absolute path", opts.Root))
+	}
+	if strings.Contains(opts.ControlBinary, "/") && !filepath.IsAbs(opts.ControlBinary) {
+		errs = append(errs, fmt.Errorf("controlBinary: %q is neither a name looked up in PATH nor an absolute path", opts.ControlBinary))
+	}
+	if opts.CheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("checkInterval: %v is negative", opts.CheckInterval))
+	}
+	if opts.CommandTimeout < 0 {
+		errs = append(errs, fmt.Errorf("commandTimeout: %v is negative", opts.CommandTimeout))
+	}
+	if opts.Backoff.Initial < 0 || opts.Backoff.Max < 0 {
+		errs = append(errs, fmt.Errorf("backoff: %+v has a negative duration", opts.Backoff))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("MPS supervisor options: %w", err)
+	}
+	opts.Root = filepath.Clean(opts.Root)
+	opts.Backoff = opts.Backoff.withDefaults()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Supervisor{
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: m,
+		env:     os.Environ(),
+		workers: make(map[string]*worker),
+	}, nil
+}
+
+// Apply makes the running daemons match daemons: it starts a daemon for
+// each new resource, quits the daemons of resources no longer listed, and
+// restarts the daemon of a resource whose devices or limits changed.
+// Daemons of unchanged resources (device order aside) are left alone.
+//
+// Starting happens in the background (see Ready and Options.OnChange);
+// Apply waits until removed daemons have quit, or until ctx is done, in
+// which case they finish quitting in the background and Apply returns
+// ctx's error. Invalid input (an empty or duplicate resource, no devices,
+// a bad UUID, a percentage outside 0..100) changes nothing and returns an
+// error naming each offending field.
+func (s *Supervisor) Apply(ctx context.Context, daemons []Daemon) error {
+	if err := validateDaemons(daemons); err != nil {
+		return fmt.Errorf("MPS daemons: %w", err)
+	}
+	want := make(map[string]Daemon, len(daemons))
+	for _, d := range daemons {
+		want[d.Resource] = d.normalized()
+	}
+
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return errors.New("MPS supervisor is stopped")
+	}
+	stopping := make(map[string]*worker)
+	for res, w := range s.workers {
+		if d, keep := want[res]; keep && d.equal(w.daemon) {
+			continue
+		} else if !keep {
+			s.metrics.forget(res)
+		}
+		delete(s.workers, res)
+		w.cancel()
+		stopping[res] = w
+	}
+	var started []string
+	for _, res := range sortedKeys(want) {
+		if _, running := s.workers[res]; running {
+			continue
+		}
+		var after <-chan struct{}
+		if old, ok := stopping[res]; ok {
+			after = old.done
+		}
+		s.startWorker(want[res], after)
+		started = append(started, res)
+	}
+	s.mu.Unlock()
+
+	for _, res := range sortedKeys(stopping) {
+		_, restarted := want[res]
+		s.log.Info("stopping MPS control daemon", "resource", res, "changed", restarted)
+	}
+	for _, res := range started {
+		s.log.Info("starting MPS control daemon", "resource", res, "devices", strings.Join(want[res].uuids(), ","))
+	}
+	for _, res := range sortedKeys(stopping) {
+		select {
+		case <-stopping[res].done:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the MPS control daemon of %s to quit: %w", res, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// startWorker creates and starts the supervising goroutine of d; after, if
+// not nil, is closed once the resource's previous daemon has quit. The
+// caller holds s.mu.
+func (s *Supervisor) startWorker(d Daemon, after <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &worker{
+		s:       s,
+		daemon:  d,
+		pipeDir: s.PipeDir(d.Resource),
+		logDir:  s.LogDir(d.Resource),
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		after:   after,
+		reason:  reasonStarting,
+	}
+	w.ctl = controller{
+		env:     daemonEnv(s.env, w.pipeDir, w.logDir, d.uuids()),
+		timeout: s.opts.CommandTimeout,
+	}
+	s.workers[d.Resource] = w
+	s.metrics.add(d.Resource)
+	s.running.Add(1)
+	go func() {
+		defer s.running.Done()
+		w.run(ctx)
+	}()
+}
+
+// Ready reports whether resource's daemon is up and configured, so the
+// resource may be advertised; reason says why not, e.g.
+// "nvidia-cuda-mps-control not found in PATH" or "daemon restarting after
+// exit: ...". It has the signature of the plugin manager's Gate.
+func (s *Supervisor) Ready(resource string) (ok bool, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, found := s.workers[resource]
+	if !found {
+		return false, fmt.Sprintf("no MPS control daemon is configured for %s", resource)
+	}
+	return w.ready, w.reason
+}
+
+// PipeDir returns the pipe directory of resource's daemon,
+// <root>/<resource with '/' as '_'>/pipe: clients need it in
+// CUDA_MPS_PIPE_DIRECTORY and mounted.
+func (s *Supervisor) PipeDir(resource string) string {
+	return filepath.Join(resourceDir(s.opts.Root, resource), "pipe")
+}
+
+// LogDir returns the log directory of resource's daemon,
+// <root>/<resource with '/' as '_'>/log.
+func (s *Supervisor) LogDir(resource string) string {
+	return filepath.Join(resourceDir(s.opts.Root, resource), "log")
+}
+
+// Statuses returns the state of every daemon, ordered by resource.
+func (s *Supervisor) Statuses() []Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Status, 0, len(s.workers))
+	for res, w := range s.workers {
+		out = append(out, Status{
+			Resource: res, Ready: w.ready, Reason: w.reason, Restarts: w.restarts,
+			PipeDir: w.pipeDir, LogDir: w.logDir,
+		})
+	}
+	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Resource, b.Resource) })
+	return out
+}
+
+// Stop quits every daemon and returns once they are gone. Apply fails
+// afterwards; Stop may be called more than once.
+func (s *Supervisor) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	for res, w := range s.workers {
+		w.cancel()
+		s.metrics.forget(res)
+		delete(s.workers, res)
+	}
+	s.mu.Unlock()
+	s.running.Wait()
+}
+
+// setState records a worker's readiness; OnChange hears of a change of the
+// current worker of a resource.
+func (s *Supervisor) setState(w *worker, ready bool, reason string) {
+	res := w.daemon.Resource
+	s.mu.Lock()
+	changed := w.ready != ready || w.reason != reason
+	w.ready, w.reason = ready, reason
+	current := s.workers[res] == w
+	if current {
+		up := 0.0
+		if ready {
+			up = 1
+		}
+		s.metrics.up.WithLabelValues(res).Set(up)
+	}
+	s.mu.Unlock()
+	if changed && current && s.opts.OnChange != nil {
+		s.opts.OnChange(res)
+	}
+}
+
+// countRestart counts a daemon found dead.
+func (s *Supervisor) countRestart(w *worker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.restarts++
+	if s.workers[w.daemon.Resource] == w {
+		s.metrics.restarts.WithLabelValues(w.daemon.Resource).Inc()
+	}
+}
+
+// countStartFailure counts a failed start attempt.
+func (s *Supervisor) countStartFailure(w *worker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.workers[w.daemon.Resource] == w {
+		s.metrics.startFailures.WithLabelValues(w.daemon.Resource).Inc()
+	}
+}
+
+// noteBinary records whether the control binary was found, logging only
+// when that changes.
+func (s *Supervisor) noteBinary(err error) {
+	missing := errors.Is(err, ErrControlBinaryNotFound)
+	s.mu.Lock()
+	was := s.binaryMissing
+	s.binaryMissing = missing
+	s.mu.Unlock()
+	if missing {
+		s.metrics.binaryMissing.Set(1)
+	} else {
+		s.metrics.binaryMissing.Set(0)
+	}
+	switch {
+	case missing && !was:
+		s.log.Error("MPS control binary is missing; MPS-shared resources are not advertised", "error", err.Error())
+	case !missing && was:
+		s.log.Info("MPS control binary found", "binary", s.opts.ControlBinary)
+	}
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
