@@ -2,6 +2,7 @@ package mps
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -500,7 +501,7 @@ func TestResolveControlBinary(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("error = %v, want %q", err, tt.wantErr)
 			}
-			if got := errorsIsNotFound(err); got != tt.missing {
+			if got := errors.Is(err, ErrControlBinaryNotFound); got != tt.missing {
 				t.Errorf("errors.Is(err, ErrControlBinaryNotFound) = %v, want %v", got, tt.missing)
 			}
 		})

@@ -1,5 +1,0 @@
-package mps
-
-import "errors"
-
-func errorsIsNotFound(err error) bool { return errors.Is(err, ErrControlBinaryNotFound) }
