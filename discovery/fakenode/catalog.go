@@ -7,10 +7,6 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// memorySlices is the number of memory slices of every MIG-capable product in
-// the catalog; GPU instance placements are expressed in them.
-const memorySlices = 8
-
 // computeSlices is the number of compute slices of every MIG-capable product
 // in the catalog, and so the most MIG devices one GPU can have.
 const computeSlices = 7

@@ -32,6 +32,14 @@ func listen(t *testing.T, n *fakenode.Node, types uint64) nvml.EventSet {
 	return set
 }
 
+// freeSet frees an event set.
+func freeSet(t *testing.T, set nvml.EventSet) {
+	t.Helper()
+	if ret := set.Free(); ret != nvml.SUCCESS {
+		t.Errorf("Free: %v", ret)
+	}
+}
+
 // TestInjectedEvents checks that injected events arrive through
 // EventSet.Wait as NVML reports them.
 func TestInjectedEvents(t *testing.T) {
@@ -57,7 +65,7 @@ func TestInjectedEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			set := listen(t, n, tt.listenOn)
-			defer set.Free()
+			defer freeSet(t, set)
 			if err := tt.inject(n); err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +114,7 @@ func TestPendingEvents(t *testing.T) {
 		t.Errorf("the ECC set got %+v (%v)", ev, ret)
 	}
 	for _, s := range []nvml.EventSet{ecc, xid, late} {
-		s.Free()
+		freeSet(t, s)
 	}
 	if err := n.InjectECCDoubleBit(0); err != nil {
 		t.Fatal(err)

@@ -12,12 +12,12 @@ import (
 // from the node name and a device path, so that the same file always gives
 // the same devices.
 func uuidFor(node string, parts ...any) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "featureplug-fakenode\x00%s", node)
+	seed := "featureplug-fakenode\x00" + node
 	for _, p := range parts {
-		fmt.Fprintf(h, "\x00%v", p)
+		seed += fmt.Sprintf("\x00%v", p)
 	}
-	s := hex.EncodeToString(h.Sum(nil)[:16])
+	sum := sha256.Sum256([]byte(seed))
+	s := hex.EncodeToString(sum[:16])
 	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
 }
 

@@ -22,7 +22,10 @@ func gpuInstanceID(size, start int) uint32 {
 	case 4:
 		return uint32(1 + (4-start)/4)
 	case 2:
-		return map[int]uint32{4: 3, 2: 4, 0: 5, 6: 6}[start]
+		if start == 6 {
+			return 6
+		}
+		return uint32(5 - start/2) // 0 -> 5, 2 -> 4, 4 -> 3
 	default:
 		return uint32(7 + start)
 	}

@@ -221,7 +221,7 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	lib := n.NVML()
 	set := listen(t, n, nvml.EventTypeXidCriticalError)
-	defer set.Free()
+	defer freeSet(t, set)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -245,8 +245,12 @@ func TestConcurrentUse(t *testing.T) {
 			}
 			ciInfo, _ := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 0)
 			ci, _ := gi.CreateComputeInstance(&ciInfo)
-			ci.Destroy()
-			gi.Destroy()
+			if ret := ci.Destroy(); ret != nvml.SUCCESS {
+				t.Error(ret)
+			}
+			if ret := gi.Destroy(); ret != nvml.SUCCESS {
+				t.Error(ret)
+			}
 		}
 	})
 	wg.Go(func() {

@@ -70,13 +70,10 @@ func validate(source string, spec *Spec, cat *catalog) (*layout, error) {
 	v := &validator{source: source, cat: cat}
 	l := &layout{name: spec.Name, driverVersion: spec.DriverVersion, nvlink: spec.NVLink, pcie: spec.PCIe}
 
-	switch {
-	case spec.Name == "":
+	if spec.Name == "" {
 		v.fail("name", "is required")
-	default:
-		if errs := validation.IsDNS1123Subdomain(spec.Name); len(errs) > 0 {
-			v.fail("name", "%q is not a valid node name: %s", spec.Name, strings.Join(errs, "; "))
-		}
+	} else if errs := validation.IsDNS1123Subdomain(spec.Name); len(errs) > 0 {
+		v.fail("name", "%q is not a valid node name: %s", spec.Name, strings.Join(errs, "; "))
 	}
 	if spec.DriverVersion == "" {
 		v.fail("driverVersion", "is required, e.g. \"570.86.15\"")
@@ -131,15 +128,11 @@ func (v *validator) gpuEntry(i int, g *GPUSpec, first int) []gpuLayout {
 			v.fail(path+".numa", "%d is out of range (-1 for none, 0-%d)", numa, maxNUMANode)
 		}
 	}
-	var p *product
-	switch {
-	case g.Product == "":
+	p, ok := v.cat.product(g.Product)
+	if g.Product == "" {
 		v.fail(path+".product", "is required (known products: %s)", strings.Join(v.cat.keys(), ", "))
-	default:
-		var ok bool
-		if p, ok = v.cat.product(g.Product); !ok {
-			v.fail(path+".product", "%q is not a known product (known products: %s)", g.Product, strings.Join(v.cat.keys(), ", "))
-		}
+	} else if !ok {
+		v.fail(path+".product", "%q is not a known product (known products: %s)", g.Product, strings.Join(v.cat.keys(), ", "))
 	}
 	if p == nil {
 		return nil
