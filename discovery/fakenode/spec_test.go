@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	"github.com/featureplug/featureplug/discovery/fakenode"
 )
 
@@ -110,7 +112,7 @@ func TestSpecDefaults(t *testing.T) {
 		t.Errorf("spec = %+v, want one GPU entry without count and with MIG enabled by the bare mig key", spec)
 	}
 	dev, _ := n.NVML().DeviceGetHandleByIndex(0)
-	if numa, ret := dev.GetNumaNodeId(); numa != 0 || ret.Error() != "SUCCESS" {
+	if numa, ret := dev.GetNumaNodeId(); numa != 0 || ret != nvml.SUCCESS {
 		t.Errorf("NUMA node = %d, %v; want 0 by default", numa, ret)
 	}
 	if count, _ := n.NVML().DeviceGetCount(); count != 1 {
