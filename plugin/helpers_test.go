@@ -78,7 +78,6 @@ func h100Plan(name string) *rules.Plan {
 	}
 }
 
-
 // tempDir returns a short temporary directory: unix socket paths are
 // limited to 107 bytes, and t.TempDir paths can be long.
 func tempDir(t testing.TB) string {
@@ -87,7 +86,7 @@ func tempDir(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
 

@@ -263,7 +263,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("plugin manager: creating file-system watcher: %w", err)
 	}
-	defer w.Close()
+	defer func() {
+		if err := w.Close(); err != nil {
+			m.opts.Logger.Warn("closing file-system watcher", "err", err)
+		}
+	}()
 	if err := os.MkdirAll(m.opts.KubeletDir, 0o750); err != nil {
 		return fmt.Errorf("plugin manager: creating %s: %w", m.opts.KubeletDir, err)
 	}

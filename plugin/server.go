@@ -291,7 +291,7 @@ func (s *server) register(kubelet string) error {
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", kubelet, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(s.ctx, registerTimeout)
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{

@@ -182,7 +182,7 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 	opts, err := client.GetDevicePluginOptions(dctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
 	dcancel()
 	if err != nil {
-		conn.Close()
+		_ = conn.Close()
 		return nil, fmt.Errorf("kubeletsim: resource %s: reaching plugin at %s: %w", name, ep, err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())

@@ -48,7 +48,7 @@ func setup(t *testing.T) (*Kubelet, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	k, err := Start(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func setup(t *testing.T) (*Kubelet, string) {
 	pluginapi.RegisterDevicePluginServer(g, &stubPlugin{devices: []*pluginapi.Device{
 		{ID: "d0", Health: pluginapi.Healthy}, {ID: "d1", Health: pluginapi.Unhealthy},
 	}})
-	go g.Serve(ln)
+	go func() { _ = g.Serve(ln) }()
 	t.Cleanup(g.Stop)
 	return k, dir
 }
@@ -73,7 +73,7 @@ func register(t *testing.T, dir string, req *pluginapi.RegisterRequest) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, req)
