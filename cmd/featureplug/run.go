@@ -21,6 +21,7 @@ import (
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/mps"
 )
 
 // envPrefix prefixes the environment variable of every run flag.
@@ -48,6 +49,7 @@ type runFlags struct {
 	ignoredXIDs        []uint
 	mpsRoot            string
 	mpsControl         string
+	mpsCheckInterval   time.Duration
 	metricsAddr        string
 	logFormat          string
 	logLevel           string
@@ -98,7 +100,8 @@ the command line wins.`,
 	fs.DurationVar(&f.healthRecovery, "health-recovery", plugin.DefaultHealthRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", toUint(discovery.DefaultIgnoredXIDs()), "XIDs that never mark a device unhealthy")
 	fs.StringVar(&f.mpsRoot, "mps-root", plugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
-	fs.StringVar(&f.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the nvidia-cuda-mps-control binary")
+	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
+	fs.DurationVar(&f.mpsCheckInterval, "mps-check-interval", mps.DefaultCheckInterval, "period of the MPS control daemons' liveness check")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -276,6 +279,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			HealthRecovery:       f.healthRecovery,
 			MPSRoot:              f.mpsRoot,
 		},
+		MPS:         mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
 		Health:      discovery.HealthOptions{IgnoredXIDs: ignored},
 		MetricsAddr: f.metricsAddr,
 		Stdout:      cmd.OutOrStdout(),

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -336,5 +337,113 @@ func TestRunHealthEventReachesKubelet(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "gpu") {
 		t.Errorf("bad injection = %d %q", resp.StatusCode, body)
+	}
+}
+
+const mpsRules = `apiVersion: featureplug.io/v1alpha1
+kind: ResourceRules
+rules:
+- name: shared-by-mps
+  devices: gpu
+  matchFeatures:
+  - feature: nvidia.gpu
+    matchExpressions:
+      index: {op: In, value: ["0", "1"]}
+  resource: example.com/gpu.mps
+  sharing:
+    strategy: mps
+    replicas: 4
+- name: whole
+  devices: gpu
+  resource: nvidia.com/gpu
+`
+
+// killFakeDaemons kills the fake MPS daemons left under root.
+func killFakeDaemons(t *testing.T, root string) {
+	pids, _ := filepath.Glob(filepath.Join(root, "*", "pipe", "nvidia-cuda-mps-control.pid"))
+	for _, f := range pids {
+		data, _ := os.ReadFile(f)
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func TestRunSupervisesMPSDaemons(t *testing.T) {
+	control, err := filepath.Abs("../../plugin/mps/testdata/nvidia-cuda-mps-control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := shortTempDir(t)
+	mpsRoot := shortTempDir(t)
+	t.Cleanup(func() { killFakeDaemons(t, mpsRoot) })
+	k := startKubelet(t, dir)
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, rulesFile, mpsRules)
+	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir, "--rules", rulesFile,
+		"--mps-root", mpsRoot, "--mps-control", control, "--mps-check-interval", "50ms")
+
+	eventually(t, "the MPS resource is advertised with 2x4 replicas", func() bool {
+		total, _ := k.Capacity("example.com/gpu.mps")
+		return total == 8
+	})
+	log := filepath.Join(mpsRoot, "example.com_gpu.mps", "pipe", "fake-commands.log")
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"set_default_active_thread_percentage 25", "set_default_device_pinned_mem_limit GPU-", "CUDA_VISIBLE_DEVICES=GPU-"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("the control daemon did not receive %q:\n%s", want, data)
+		}
+	}
+
+	// An allocation points the container at the daemon's pipe directory.
+	ids := []string{k.Devices("example.com/gpu.mps")[0].ID}
+	resp, err := k.Allocate(context.Background(), "example.com/gpu.mps", ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := filepath.Join(mpsRoot, "example.com_gpu.mps", "pipe")
+	if got := resp.Envs["CUDA_MPS_PIPE_DIRECTORY"]; got != pipe {
+		t.Errorf("CUDA_MPS_PIPE_DIRECTORY=%q, want the daemon's pipe %s", got, pipe)
+	}
+	mounted := false
+	for _, m := range resp.Mounts {
+		mounted = mounted || (m.HostPath == pipe && m.ContainerPath == pipe)
+	}
+	if !mounted {
+		t.Errorf("Allocate mounts %v, not the daemon's pipe %s", resp.Mounts, pipe)
+	}
+
+	// Kill the daemon: the supervisor restarts it.
+	killFakeDaemons(t, mpsRoot)
+	eventually(t, "the daemon restart is counted", func() bool {
+		return p.metric("featureplug_mps_daemon_restarts_total", "example.com/gpu.mps") >= 1
+	})
+	eventually(t, "the daemon is up again", func() bool {
+		return p.metric("featureplug_mps_daemon_up", "example.com/gpu.mps") == 1
+	})
+	if total, _ := k.Capacity("nvidia.com/gpu"); total != 6 {
+		t.Errorf("nvidia.com/gpu has %d devices, want 6", total)
+	}
+}
+
+func TestRunHoldsBackMPSWithoutControlBinary(t *testing.T) {
+	dir := shortTempDir(t)
+	k := startKubelet(t, dir)
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, rulesFile, mpsRules)
+	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir, "--rules", rulesFile,
+		"--mps-root", shortTempDir(t), "--mps-control", "/nonexistent/nvidia-cuda-mps-control")
+	eventually(t, "nvidia.com/gpu is served", func() bool { total, _ := k.Capacity("nvidia.com/gpu"); return total == 6 })
+	eventually(t, "the held-back resource is exported", func() bool {
+		return p.metric("featureplug_mps_resource_unavailable", "example.com/gpu.mps") == 1
+	})
+	if k.Streaming("example.com/gpu.mps") {
+		t.Error("the MPS resource is advertised without its control daemon")
+	}
+	if !strings.Contains(p.logs.String(), "nvidia-cuda-mps-control") {
+		t.Error("the log does not say why the MPS resource is held back")
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules"
 )
 
@@ -84,6 +85,9 @@ type Config struct {
 	// Plugin configures the device-plugin servers. Its Logger and
 	// Registerer are set by the agent.
 	Plugin plugin.Options
+	// MPS configures the MPS control daemons of MPS-shared resources. Its
+	// Logger, Registerer and OnChange are set by the agent.
+	MPS mps.Options
 	// Health configures the NVML health watcher.
 	Health discovery.HealthOptions
 	// MetricsAddr serves /metrics, /healthz and /readyz; "" disables it.
@@ -105,6 +109,9 @@ type Agent struct {
 	contents chan labeler.Content
 	events   *eventRecorder
 	health   chan discovery.HealthEvent
+	mps      *mps.Supervisor
+	// mpsChanged is signalled when an MPS daemon's readiness flips.
+	mpsChanged chan struct{}
 
 	// State owned by the loop goroutine.
 	inv        *discovery.Inventory
@@ -147,6 +154,8 @@ func New(cfg Config) (*Agent, error) {
 		registry: prometheus.NewRegistry(),
 		contents: make(chan labeler.Content, 1),
 		health:   make(chan discovery.HealthEvent, 64),
+
+		mpsChanged: make(chan struct{}, 1),
 	}
 	var err error
 	if a.metrics, err = newMetrics(a.registry); err != nil {
@@ -156,6 +165,18 @@ func New(cfg Config) (*Agent, error) {
 	popts.Logger = cfg.Logger.With("component", "plugin")
 	popts.Registerer = a.registry
 	if a.manager, err = plugin.NewManager(popts); err != nil {
+		return nil, err
+	}
+	mopts := cfg.MPS
+	mopts.Logger = cfg.Logger.With("component", "mps")
+	mopts.Registerer = a.registry
+	mopts.OnChange = func(string) {
+		select {
+		case a.mpsChanged <- struct{}{}:
+		default:
+		}
+	}
+	if a.mps, err = mps.New(mopts); err != nil {
 		return nil, err
 	}
 	if a.pub, err = a.newPublisher(); err != nil {
@@ -285,10 +306,13 @@ loop:
 			if a.loadRules(ctx) {
 				a.replan(ctx, "rules")
 			}
+		case <-a.mpsChanged:
+			a.applyServed(ctx, "mps")
 		case <-a.readyTick():
 			a.updateReady()
 		}
 	}
+	a.mps.Stop()
 	cancel()
 	if a.stopHealth != nil {
 		a.stopHealth()
@@ -481,7 +505,8 @@ func (a *Agent) replan(ctx context.Context, why string) {
 		a.publish(a.plan)
 		return
 	}
-	if err := a.manager.Apply(plan); err != nil {
+	a.applyMPS(ctx, plan)
+	if err := a.manager.Apply(a.servedPlan(plan)); err != nil {
 		a.metrics.planErrors.Inc()
 		a.reportRuleError(ctx, "PlanRejected", err)
 		a.publish(a.plan)
@@ -490,6 +515,19 @@ func (a *Agent) replan(ctx context.Context, why string) {
 	a.plan = plan
 	a.log.Info("plan applied", "trigger", why, "resources", resourceSummary(plan))
 	a.publish(plan)
+}
+
+// applyServed re-applies the current plan after an MPS daemon came up or
+// went down, advertising or withdrawing its resource.
+func (a *Agent) applyServed(ctx context.Context, why string) {
+	if a.plan == nil {
+		return
+	}
+	if err := a.manager.Apply(a.servedPlan(a.plan)); err != nil {
+		a.reportRuleError(ctx, "PlanRejected", err)
+		return
+	}
+	a.log.Info("served resources updated", "trigger", why)
 }
 
 func (a *Agent) publish(plan *rules.Plan) {

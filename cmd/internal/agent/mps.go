@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/featureplug/featureplug/plugin/mps"
+	"github.com/featureplug/featureplug/rules"
+)
+
+// mpsDaemons lists the MPS control daemons a plan needs: one per resource
+// shared with MPS, over its GPUs, with the rule's per-client limits.
+func mpsDaemons(plan *rules.Plan) []mps.Daemon {
+	var out []mps.Daemon
+	for _, r := range plan.Resources {
+		if r.Sharing.Strategy != rules.SharingMPS {
+			continue
+		}
+		d := mps.Daemon{Resource: r.Name}
+		var limit uint64
+		if r.Sharing.MPS != nil {
+			d.ActiveThreadPercentage = r.Sharing.MPS.ActiveThreadPercentage
+			limit = r.Sharing.MPS.PinnedMemoryLimitMiB
+		}
+		for _, dev := range r.Devices {
+			d.Devices = append(d.Devices, mps.Device{UUID: dev.GPUUUID, Index: dev.GPUIndex, PinnedMemoryLimitMiB: limit})
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// servedPlan is plan without the MPS resources whose control daemon is not
+// up: a resource is advertised only when a container could use it.
+func (a *Agent) servedPlan(plan *rules.Plan) *rules.Plan {
+	if a.mps == nil {
+		return plan
+	}
+	served := *plan
+	served.Resources = nil
+	for _, r := range plan.Resources {
+		if r.Sharing.Strategy == rules.SharingMPS {
+			if ok, reason := a.mps.Ready(r.Name); !ok {
+				a.metrics.mpsUnavailable.WithLabelValues(r.Name).Set(1)
+				a.log.Warn("MPS resource held back until its control daemon is up", "resource", r.Name, "reason", reason)
+				continue
+			}
+			a.metrics.mpsUnavailable.WithLabelValues(r.Name).Set(0)
+		}
+		served.Resources = append(served.Resources, r)
+	}
+	return &served
+}
+
+// applyMPS starts, reconfigures or stops the MPS daemons for plan.
+func (a *Agent) applyMPS(ctx context.Context, plan *rules.Plan) {
+	if a.mps == nil {
+		return
+	}
+	if err := a.mps.Apply(ctx, mpsDaemons(plan)); err != nil {
+		a.log.Error("MPS daemons not applied", "err", err)
+	}
+}
