@@ -89,3 +89,22 @@ func TestDiscoverBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestRulesExplainShowsMissingMPSControl(t *testing.T) {
+	rulesFile := filepath.Join(t.TempDir(), "mps.yaml")
+	if err := os.WriteFile(rulesFile, []byte(mpsRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := execute(t, "rules", "explain", "--rules", rulesFile, "--fake-node", "dgx-h100", "--mps-control", "/nonexistent/nvidia-cuda-mps-control")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "example.com/gpu.mps: not advertised until its MPS control daemon is up") {
+		t.Errorf("explain does not say the MPS resource is held back:\n%s", out)
+	}
+	control, _ := filepath.Abs("../../plugin/mps/testdata/nvidia-cuda-mps-control")
+	out, err = execute(t, "rules", "explain", "--rules", rulesFile, "--fake-node", "dgx-h100", "--mps-control", control)
+	if err != nil || strings.Contains(out, "not advertised") {
+		t.Errorf("explain with the control program present: %v\n%s", err, out)
+	}
+}

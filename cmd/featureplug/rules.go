@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules"
 )
 
@@ -17,7 +18,28 @@ import (
 type explainOutput struct {
 	Rules    string   `json:"rules"`
 	Warnings []string `json:"warnings,omitempty"`
+	// Unavailable says, per resource, why the agent would hold it back.
+	Unavailable map[string]string `json:"unavailable,omitempty"`
 	*rules.Plan
+}
+
+// unavailableResources names the resources of plan the agent would not
+// advertise on this machine, and why: MPS resources need the MPS control
+// program.
+func unavailableResources(plan *rules.Plan, mpsControl string) map[string]string {
+	var out map[string]string
+	for _, r := range plan.Resources {
+		if r.Sharing.Strategy != rules.SharingMPS {
+			continue
+		}
+		if _, err := mps.ResolveControlBinary(mpsControl); err != nil {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[r.Name] = "not advertised until its MPS control daemon is up: " + err.Error()
+		}
+	}
+	return out
 }
 
 func newRulesCommand() *cobra.Command {
@@ -83,6 +105,7 @@ func newRulesExplainCommand() *cobra.Command {
 		rulesFile  string
 		output     string
 		nodeLabels map[string]string
+		mpsControl string
 	)
 	cmd := &cobra.Command{
 		Use:   "explain",
@@ -114,19 +137,20 @@ resources. Without --rules it explains the default rules (builtin "none").`,
 			if err != nil {
 				return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to this node:\n%w", err)}
 			}
-			return printExplanation(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan)
+			return printExplanation(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailableResources(plan, mpsControl))
 		},
 	}
 	src.addFlags(cmd.Flags())
 	cmd.Flags().StringVar(&rulesFile, "rules", "", "rules file: a path or a builtin name ("+strings.Join(rules.BuiltinNames(), ", ")+"); default: none")
 	cmd.Flags().StringToStringVar(&nodeLabels, "node-label", nil, "a label of the node, for rules with a nodeSelector (key=value, repeatable)")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
+	cmd.Flags().StringVar(&mpsControl, "mps-control", mps.DefaultControlBinary, "the MPS control program MPS-shared resources need")
 	return cmd
 }
 
 // printExplanation writes a plan in the chosen format.
-func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, plan *rules.Plan) error {
-	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), Plan: plan}
+func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, plan *rules.Plan, unavailable map[string]string) error {
+	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), Unavailable: unavailable, Plan: plan}
 	switch format {
 	case "json":
 		enc := json.NewEncoder(out)
@@ -146,6 +170,11 @@ func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, p
 	}
 	if err := rules.WriteExplanation(out, plan); err != nil {
 		return errors.Join(errors.New("writing the explanation"), err)
+	}
+	for _, name := range sortedKeys(unavailable) {
+		if _, err := fmt.Fprintf(out, "\n%s: %s\n", name, unavailable[name]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
