@@ -12,7 +12,11 @@ import (
 // that match nothing on benchNode but the last two, which claim every
 // device: the worst case, where each device is tried against every rule
 // and every miss is explained.
-func benchRules(n int) string {
+func benchRules(n int) string { return benchRulesOn(n, "profile") }
+
+// benchRulesOn writes the rules of benchRules with the MIG rules matching on
+// the given nvidia.mig attribute.
+func benchRulesOn(n int, migKey string) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n")
 	for i := range n - 2 {
@@ -39,10 +43,10 @@ func benchRules(n int) string {
       version: {op: Ge, value: ["535"], type: version}
   - feature: nvidia.mig
     matchExpressions:
-      profile: {op: In, value: ["%dg.%dgb"]}
+      %s: {op: In, value: ["%dg.%dgb"]}
       parent.product: {op: InRegexp, value: ["A100"]}
   resource: example.com/mig-%d
-`, i, 2+i%6, i, i)
+`, i, migKey, 2+i%6, i, i)
 	}
 	b.WriteString(`- name: mig
   devices: mig
@@ -79,6 +83,23 @@ func BenchmarkPlan(b *testing.B) {
 		}
 		if len(p.Resources) != 1 || len(p.Resources[0].Devices) != 56 {
 			b.Fatalf("plan has %d resources, want 1 with 56 devices", len(p.Resources))
+		}
+	}
+}
+
+// BenchmarkPlanDistinctInputs is BenchmarkPlan with MIG rules that match
+// on each device's UUID, so that no two devices share an evaluation: the
+// worst case for the planner's memoization.
+func BenchmarkPlanDistinctInputs(b *testing.B) {
+	rs, err := Parse("bench.yaml", []byte(benchRulesOn(100, "uuid")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	inv := benchNode()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := rs.Plan(inv, nil); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -298,7 +298,7 @@ func TestTemplates(t *testing.T) {
 		{"upper", DeviceGPU, `example.com/{{ .family | upper }}`, map[string]string{"0": "example.com/HOPPER", "3": "example.com/TURING"}},
 		{"trimSuffix", DeviceGPU, `example.com/{{ .product | trimSuffix " HBM3" | resourceName }}`, map[string]string{"0": "example.com/nvidia-h100-80gb", "3": "example.com/tesla-t4"}},
 		{"conditions", DeviceGPU, `example.com/{{ if eq .mig_capable "true" }}mig-capable{{ else }}whole{{ end }}`, map[string]string{"0": "example.com/mig-capable", "3": "example.com/whole"}},
-		{"whole map", DeviceGPU, `example.com/{{ range $k, $v := . }}{{ if eq $k "memory" }}{{ $v }}{{ end }}{{ end }}mib`, map[string]string{"0": "example.com/81559mib", "3": "example.com/15360mib"}},
+		{"with", DeviceGPU, `example.com/{{ with .family }}{{ . }}{{ end }}-{{ $.memory }}mib`, map[string]string{"0": "example.com/hopper-81559mib", "3": "example.com/turing-15360mib"}},
 		{"mig profile", DeviceMIG, `nvidia.com/mig-{{ .profile | replace "+" "." }}`, map[string]string{"1:0": "nvidia.com/mig-1g.10gb.me", "1:1": "nvidia.com/mig-2g.20gb"}},
 		{"mig parent", DeviceMIG, `example.com/{{ .parent_product | trimPrefix "NVIDIA " | resourceName }}-{{ .profile | resourceName }}`, map[string]string{"1:0": "example.com/a100-sxm4-80gb-1g.10gb-me", "1:1": "example.com/a100-sxm4-80gb-2g.20gb"}},
 	}

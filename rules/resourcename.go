@@ -12,10 +12,6 @@ import (
 // checks when a device plugin registers).
 const requestsPrefix = "requests."
 
-// reservedDomains are the domains of Kubernetes' own resources: an extended
-// resource name may not use them or their subdomains.
-var reservedDomains = [...]string{"kubernetes.io", "k8s.io"}
-
 // ValidateResourceName reports whether name is a valid extended resource
 // name for a device plugin: "domain/name" with a DNS-subdomain domain that
 // is not kubernetes.io or k8s.io (or a subdomain of either), and a name part
@@ -29,7 +25,8 @@ func ValidateResourceName(name string) error {
 	if domain == "" || part == "" {
 		return fmt.Errorf("%q is not an extended resource name: both the domain and the name after '/' must be non-empty", name)
 	}
-	for _, d := range reservedDomains {
+	// The domains of Kubernetes' own resources, and their subdomains.
+	for _, d := range []string{"kubernetes.io", "k8s.io"} {
 		if domain == d || strings.HasSuffix(domain, "."+d) {
 			return fmt.Errorf("%q is not an extended resource name: domain %q is reserved for Kubernetes", name, domain)
 		}

@@ -1,11 +1,22 @@
 package rules
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
 	"strings"
 	"text/template"
 	"text/template/parse"
 )
+
+// maxTemplateOutput bounds what a resource template may produce: a valid
+// resource name is far shorter, and the bound keeps a hostile template from
+// growing strings without end.
+const maxTemplateOutput = 1024
+
+// errTemplateOutput is returned when a template's output grows past
+// maxTemplateOutput.
+var errTemplateOutput = fmt.Errorf("the template's output is longer than %d bytes", maxTemplateOutput)
 
 // templateFuncs are the functions a resource template may call. They are
 // pure string functions; pipelines pass the value last, as in
@@ -14,11 +25,21 @@ func templateFuncs() template.FuncMap {
 	return template.FuncMap{
 		"lower":        strings.ToLower,
 		"upper":        strings.ToUpper,
-		"replace":      func(old, new, s string) string { return strings.ReplaceAll(s, old, new) },
+		"replace":      replace,
 		"trimPrefix":   func(prefix, s string) string { return strings.TrimPrefix(s, prefix) },
 		"trimSuffix":   func(suffix, s string) string { return strings.TrimSuffix(s, suffix) },
 		"resourceName": sanitizeName,
 	}
+}
+
+// replace replaces every old in s by new, refusing results longer than
+// maxTemplateOutput.
+func replace(old, new, s string) (string, error) {
+	n := strings.Count(s, old)
+	if len(s)+n*(len(new)-len(old)) > maxTemplateOutput {
+		return "", errTemplateOutput
+	}
+	return strings.ReplaceAll(s, old, new), nil
 }
 
 // isTemplate reports whether a resource field is a template rather than a
@@ -27,43 +48,47 @@ func isTemplate(resource string) bool {
 	return strings.Contains(resource, "{{")
 }
 
-// parseTemplate parses a resource template. Missing attributes are errors,
-// and a template may not define or call other templates (which could
-// recurse).
+// parseTemplate parses a resource template. Missing attributes are errors.
+// A template may not loop ({{range}}) nor define or call other templates
+// (which could recurse): a name needs neither, and without them a template
+// runs in time bounded by its length.
 func parseTemplate(name, text string) (*template.Template, error) {
 	t, err := template.New(name).Funcs(templateFuncs()).Option("missingkey=error").Parse(text)
 	if err != nil {
 		return nil, err
 	}
-	if len(t.Templates()) > 1 || callsTemplate(t.Root) {
-		return nil, errors.New("a resource template may not define or call other templates")
+	if len(t.Templates()) > 1 {
+		return nil, errors.New("a resource template may not define other templates")
+	}
+	if what := forbiddenAction(t.Root); what != "" {
+		return nil, fmt.Errorf("a resource template may not use {{%s}}", what)
 	}
 	return t, nil
 }
 
-// callsTemplate reports whether a parse tree contains {{template}} or
-// {{block}}.
-func callsTemplate(n parse.Node) bool {
+// forbiddenAction returns the first {{range}} or {{template}} (or
+// {{block}}) of a parse tree, or "".
+func forbiddenAction(n parse.Node) string {
 	switch n := n.(type) {
 	case *parse.ListNode:
 		if n == nil {
-			return false
+			return ""
 		}
 		for _, c := range n.Nodes {
-			if callsTemplate(c) {
-				return true
+			if what := forbiddenAction(c); what != "" {
+				return what
 			}
 		}
 	case *parse.TemplateNode:
-		return true
-	case *parse.IfNode:
-		return callsTemplate(n.List) || callsTemplate(n.ElseList)
+		return "template"
 	case *parse.RangeNode:
-		return callsTemplate(n.List) || callsTemplate(n.ElseList)
+		return "range"
+	case *parse.IfNode:
+		return cmp.Or(forbiddenAction(n.List), forbiddenAction(n.ElseList))
 	case *parse.WithNode:
-		return callsTemplate(n.List) || callsTemplate(n.ElseList)
+		return cmp.Or(forbiddenAction(n.List), forbiddenAction(n.ElseList))
 	}
-	return false
+	return ""
 }
 
 // templateData is what a resource template sees: the device's attributes
@@ -82,11 +107,22 @@ func templateData(attrs map[string]string) map[string]string {
 
 // executeTemplate runs a resource template on a device's attributes.
 func executeTemplate(t *template.Template, attrs map[string]string) (string, error) {
-	var b strings.Builder
+	var b limitedBuilder
 	if err := t.Execute(&b, templateData(attrs)); err != nil {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// limitedBuilder is a strings.Builder that refuses to grow past
+// maxTemplateOutput.
+type limitedBuilder struct{ strings.Builder }
+
+func (b *limitedBuilder) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > maxTemplateOutput {
+		return 0, errTemplateOutput
+	}
+	return b.Builder.Write(p)
 }
 
 // templateInputs returns the attributes a template reads when it reads them
