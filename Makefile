@@ -17,7 +17,7 @@ export CGO_CFLAGS  := -O2 -g -Wno-deprecated-declarations
 
 GOLANGCI_LINT_VERSION ?= v2.15.0
 
-.PHONY: all build test unit e2e components lint demo bench fuzz clean
+.PHONY: all build test unit e2e components lint demo bench bench-go bench-process bench-profile fuzz clean
 
 all: build
 
@@ -50,8 +50,41 @@ demo: build
 	$(GO) build -o $(BIN_DIR)/featureplug-demo ./cmd/featureplug-demo
 	$(BIN_DIR)/featureplug-demo --featureplug $(BIN)
 
-bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+## bench: the Go benchmarks of every package, then featureplug-bench against
+## `featureplug run` on the bundled 8x H100 and 8x A100 (MIG) fake nodes with
+## the mixed rules, printing the medians next to the goals (docs/performance.md).
+## BENCH_TIME bounds each Go benchmark, so the whole target takes a few
+## minutes on 2 cores; the JSON documents land in $(BENCH_OUT).
+BENCH_TIME   ?= 200ms
+BENCH_ROUNDS ?= 5
+BENCH_ALLOCS ?= 1000
+BENCH_NODES  ?= dgx-h100 dgx-a100
+BENCH_OUT    ?= $(BIN_DIR)/bench
+
+bench: bench-go bench-process
+
+## bench-go: every package's testing.B benchmarks.
+bench-go:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) ./...
+
+## bench-process: the whole agent as the kubelet sees it.
+bench-process: build
+	$(GO) build -o $(BIN_DIR)/featureplug-bench ./cmd/featureplug-bench
+	mkdir -p $(BENCH_OUT)
+	for node in $(BENCH_NODES); do \
+		$(BIN_DIR)/featureplug-bench -q --featureplug $(BIN) --fake-node $$node --rules mixed \
+			--rounds $(BENCH_ROUNDS) --allocs $(BENCH_ALLOCS) --json $(BENCH_OUT)/$$node.json || exit 1; \
+		echo; \
+	done
+
+## bench-profile: where start-up time goes: a CPU profile of the agent's
+## in-process start-up, and the costliest package initializers of the binary.
+bench-profile: build
+	mkdir -p $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench AgentStartup -benchtime 50x -cpuprofile $(BENCH_OUT)/startup.cpu.prof \
+		-o $(BENCH_OUT)/featureplug-bench.test ./cmd/featureplug-bench
+	$(GO) tool pprof -top -cum -nodecount 40 $(BENCH_OUT)/featureplug-bench.test $(BENCH_OUT)/startup.cpu.prof
+	GODEBUG=inittrace=1 $(BIN) version 2>&1 >/dev/null | sort -t, -k2 -rn | head -15
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./rules/
