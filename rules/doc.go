@@ -52,6 +52,9 @@
 //	resource: 'nvidia.com/mig-{{ .profile | replace "+" "." }}'
 //	resource: 'example.com/{{ .product | trimPrefix "NVIDIA " | resourceName }}'
 //
+// Templates may branch ({{if}}, {{with}}) but not loop ({{range}}) nor
+// define or call other templates, and their output is capped at 1024 bytes.
+//
 // # Validation
 //
 // Parse reports every problem at once, each naming the file, line, rule

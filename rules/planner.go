@@ -57,7 +57,13 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 		}
 	}
 
-	pl := &planner{rs: rs, nodeMiss: nodeMiss, claims: make(map[string]*claim), memo: make([]map[string]verdict, len(rs.rules)), names: make([]map[string]rendered, len(rs.rules))}
+	pl := &planner{
+		rs:       rs,
+		nodeMiss: nodeMiss,
+		claims:   make(map[string]*claim),
+		memo:     make([]map[string]verdict, len(rs.rules)),
+		names:    make([]map[string]rendered, len(rs.rules)),
+	}
 	plan := &Plan{
 		Decisions: make([]Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()),
 		Links:     cloneLinks(inv.Links),
