@@ -78,15 +78,15 @@ func WriteExplanation(w io.Writer, p *Plan) error {
 // allMIGEnabled reports whether every miss of a GPU is because its MIG mode
 // is enabled or because the rule claims MIG devices.
 func allMIGEnabled(misses []RuleMiss) bool {
-	any := false
+	found := false
 	for _, m := range misses {
 		switch m.Reason {
 		case missMIGEnabled:
-			any = true
+			found = true
 		case missWantsMIG:
 		default:
 			return false
 		}
 	}
-	return any
+	return found
 }
