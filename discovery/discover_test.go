@@ -22,7 +22,7 @@ func discoverNode(t testing.TB, name string) (*fakenode.Node, *discovery.Invento
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		t.Fatalf("Init: %v", ret)
 	}
-	t.Cleanup(func() { lib.Shutdown() })
+	t.Cleanup(func() { _ = lib.Shutdown() })
 	inv, err := discovery.Discover(lib)
 	if err != nil {
 		t.Fatalf("Discover(%s): %v", name, err)
@@ -210,8 +210,8 @@ func BenchmarkDiscover(b *testing.B) {
 		b.Fatal(err)
 	}
 	lib := node.NVML()
-	lib.Init()
-	defer lib.Shutdown()
+	_ = lib.Init()
+	defer func() { _ = lib.Shutdown() }()
 	b.ReportAllocs()
 	for b.Loop() {
 		inv, err := discovery.Discover(lib)

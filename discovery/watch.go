@@ -69,7 +69,7 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("creating NVML event set: %s", ret.Error())
 	}
-	defer set.Free()
+	defer func() { _ = set.Free() }()
 
 	inv := inventory()
 	for _, g := range inv.GPUs {

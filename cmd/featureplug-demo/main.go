@@ -185,7 +185,7 @@ func (d *demo) waitReady(ctx context.Context) error {
 	for {
 		resp, err := http.Get(d.metrics + "/readyz")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
@@ -276,7 +276,7 @@ func (d *demo) health(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		return fmt.Errorf("injecting the XID: %s", resp.Status)
 	}
@@ -329,7 +329,7 @@ func (d *demo) cleanup() error {
 	var err error
 	if d.agent != nil {
 		_ = d.agent.Process.Kill()
-		<-d.exited
+		<-d.exited //nolint:errcheck // killed: its exit status says nothing
 	}
 	if d.kubelet != nil {
 		d.kubelet.Stop()
@@ -367,7 +367,7 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return ln.Addr().String(), nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -102,10 +103,11 @@ func printDiscovery(w io.Writer, format string, inv *discovery.Inventory) error 
 }
 
 func printInventoryTable(w io.Writer, inv *discovery.Inventory, f *nfdv1alpha1.Features) error {
-	fmt.Fprintf(w, "Driver %s, CUDA %s, NVML %s: %d GPUs, %d MIG devices\n\n",
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "Driver %s, CUDA %s, NVML %s: %d GPUs, %d MIG devices\n\n",
 		inv.DriverVersion, inv.CUDADriverVersion, inv.NVMLVersion, len(inv.GPUs), inv.MIGDeviceCount())
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tPRODUCT\tMEMORY\tARCH\tCC\tNUMA\tPCI\tMIG\tUUID")
+	var rows bytes.Buffer
+	rows.WriteString("GPU\tPRODUCT\tMEMORY\tARCH\tCC\tNUMA\tPCI\tMIG\tUUID\n")
 	for _, g := range inv.GPUs {
 		mig := "not capable"
 		switch {
@@ -114,47 +116,53 @@ func printInventoryTable(w io.Writer, inv *discovery.Inventory, f *nfdv1alpha1.F
 		case g.MIGCapable:
 			mig = "disabled"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d MiB\t%s\t%d.%d\t%s\t%s\t%s\t%s\n", g.Index, g.Product, g.MemoryMiB,
+		fmt.Fprintf(&rows, "%d\t%s\t%d MiB\t%s\t%d.%d\t%s\t%s\t%s\t%s\n", g.Index, g.Product, g.MemoryMiB,
 			g.Architecture, g.ComputeMajor, g.ComputeMinor, numaString(g.NUMANode), g.PCIBusID, mig, g.UUID)
 		for _, m := range g.MIGDevices {
-			fmt.Fprintf(tw, "  %d:%d\t%s (GI %d, CI %d)\t%d MiB\t%d SMs\t\t\t\t\t%s\n", g.Index, m.Index,
+			fmt.Fprintf(&rows, "  %d:%d\t%s (GI %d, CI %d)\t%d MiB\t%d SMs\t\t\t\t\t%s\n", g.Index, m.Index,
 				m.Profile, m.GPUInstanceID, m.ComputeInstanceID, m.MemoryMiB, m.Multiprocessors, m.UUID)
 		}
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	b.WriteString(aligned(rows.String()))
 	if len(inv.Links) > 1 {
-		fmt.Fprintln(w, "\nLinks:")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		header := []string{""}
+		b.WriteString("\nLinks:\n")
+		rows.Reset()
 		for i := range inv.Links {
-			header = append(header, fmt.Sprintf("GPU%d", i))
+			fmt.Fprintf(&rows, "\tGPU%d", i)
 		}
-		fmt.Fprintln(tw, strings.Join(header, "\t"))
+		rows.WriteByte('\n')
 		for i, row := range inv.Links {
-			cells := []string{fmt.Sprintf("GPU%d", i)}
+			fmt.Fprintf(&rows, "GPU%d", i)
 			for j, l := range row {
+				cell := l.String()
 				if i == j {
-					cells = append(cells, "X")
-				} else {
-					cells = append(cells, l.String())
+					cell = "X"
 				}
+				rows.WriteString("\t" + cell)
 			}
-			fmt.Fprintln(tw, strings.Join(cells, "\t"))
+			rows.WriteByte('\n')
 		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+		b.WriteString(aligned(rows.String()))
 	}
-	fmt.Fprintln(w, "\nFeatures:")
-	printFeatures(w, f)
-	return nil
+	b.WriteString("\nFeatures:\n")
+	writeFeatures(&b, f)
+	_, err := w.Write(b.Bytes())
+	return err
 }
 
-func printFeatures(w io.Writer, f *nfdv1alpha1.Features) {
+// aligned returns tab-separated rows as aligned columns.
+func aligned(rows string) string {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	// Writing to a bytes.Buffer cannot fail.
+	_, _ = tw.Write([]byte(rows))
+	_ = tw.Flush()
+	return b.String()
+}
+
+func writeFeatures(b *bytes.Buffer, f *nfdv1alpha1.Features) {
 	for _, name := range sortedKeys(f.Flags) {
-		fmt.Fprintf(w, "  %s: %s\n", name, strings.Join(sortedKeys(f.Flags[name].Elements), ", "))
+		fmt.Fprintf(b, "  %s: %s\n", name, strings.Join(sortedKeys(f.Flags[name].Elements), ", "))
 	}
 	for _, name := range sortedKeys(f.Attributes) {
 		attrs := f.Attributes[name].Elements
@@ -162,10 +170,10 @@ func printFeatures(w io.Writer, f *nfdv1alpha1.Features) {
 		for _, k := range sortedKeys(attrs) {
 			parts = append(parts, k+"="+attrs[k])
 		}
-		fmt.Fprintf(w, "  %s: %s\n", name, strings.Join(parts, " "))
+		fmt.Fprintf(b, "  %s: %s\n", name, strings.Join(parts, " "))
 	}
 	for _, name := range sortedKeys(f.Instances) {
-		fmt.Fprintf(w, "  %s: %d instances\n", name, len(f.Instances[name].Elements))
+		fmt.Fprintf(b, "  %s: %d instances\n", name, len(f.Instances[name].Elements))
 	}
 }
 

@@ -69,7 +69,7 @@ func freePort(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return ln.Addr().String()
 }
 
@@ -80,7 +80,7 @@ func shortTempDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
 
@@ -96,7 +96,7 @@ func startAgent(t *testing.T, args ...string) *agentProcess {
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
-		p.cmd.Process.Kill()
+		_ = p.cmd.Process.Kill()
 		<-p.exited
 		if t.Failed() || os.Getenv("FP_SHOW_LOGS") != "" {
 			t.Logf("agent logs:\n%s", p.logs.String())
@@ -119,7 +119,7 @@ func (p *agentProcess) get(path string) (int, string) {
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
 }
@@ -315,7 +315,7 @@ func TestRunHealthEventReachesKubelet(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("injecting XID 79: %v %v", resp, err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	eventually(t, "GPU 3 goes unhealthy", func() bool { _, healthy := k.Capacity("nvidia.com/gpu"); return healthy == 7 })
 	unhealthy := ""
 	for _, d := range k.Devices("nvidia.com/gpu") {
@@ -334,7 +334,7 @@ func TestRunHealthEventReachesKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "gpu") {
 		t.Errorf("bad injection = %d %q", resp.StatusCode, body)
 	}
@@ -364,7 +364,7 @@ func killFakeDaemons(t *testing.T, root string) {
 	for _, f := range pids {
 		data, _ := os.ReadFile(f)
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
-			syscall.Kill(pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 }

@@ -76,14 +76,6 @@ func (g *gpuSource) discover() (*discovery.Inventory, error) {
 	return discovery.Discover(g.lib, discovery.WithSysfsRoot(g.flags.sysfsRoot))
 }
 
-// nodeName is the fake node's name, or "" for real hardware.
-func (g *gpuSource) nodeName() string {
-	if g.fake == nil {
-		return ""
-	}
-	return g.fake.Name()
-}
-
 // discoverInventory opens the source, reads the Inventory once and closes
 // the source again.
 func discoverInventory(ctx context.Context, s sourceFlags) (*discovery.Inventory, error) {

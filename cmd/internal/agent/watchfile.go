@@ -26,7 +26,7 @@ func watchFile(ctx context.Context, path string, changed chan<- struct{}, log *s
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", path, err)
 	}
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	dir := filepath.Dir(path)
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("watching directory %s of %s: %w", dir, path, err)
