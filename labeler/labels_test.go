@@ -259,3 +259,17 @@ func BenchmarkLabels(b *testing.B) {
 		Labels(inv, plan, LabelOptions{})
 	}
 }
+
+// FuzzValidLabelKey checks validLabelKey agrees with apimachinery.
+func FuzzValidLabelKey(f *testing.F) {
+	for _, s := range []string{"nvidia.com/gpu.count", "a", "/a", "a/", "a/b/c", "Example.com/x", "e-.com/x", "-e.com/x",
+		"e..com/x", "nvidia.com/mig-1g.10gb+me.count", "x_y", "_x", strings.Repeat("a", 64), "example.com/" + strings.Repeat("a", 63)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		want := len(content.IsLabelKey(key)) == 0
+		if got := validLabelKey(key) == ""; got != want {
+			t.Fatalf("validLabelKey(%q) valid=%v, apimachinery says %v (%v)", key, got, want, content.IsLabelKey(key))
+		}
+	})
+}
