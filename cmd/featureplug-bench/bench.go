@@ -141,6 +141,9 @@ type Startup struct {
 	FirstListMs float64 `json:"firstListMs"`
 	// AllListedMs is launch -> every resource sent its device list.
 	AllListedMs float64 `json:"allListedMs"`
+	// CPUMs is the CPU the agent had used by then (all threads): compared
+	// with AllListedMs it tells work from waiting for a core.
+	CPUMs float64 `json:"cpuMs"`
 	// Resources times each resource.
 	Resources map[string]ResourceStartup `json:"resources"`
 }
@@ -343,6 +346,11 @@ func (b *bench) startup(ctx context.Context, s *session) (Startup, error) {
 		return st, s.agent.failure(wctx, fmt.Sprintf("waiting for %d resources (%d registered, %d listed)",
 			len(b.plan), len(registered), len(listed)), err)
 	}
+	cpu, err := readCPU(b.cfg.ProcRoot, s.agent.pid())
+	if err != nil {
+		return st, err
+	}
+	st.CPUMs = ms(cpu.Sched)
 	since := func(t time.Time) float64 { return ms(t.Sub(s.start)) }
 	var regs, lists []float64
 	for _, res := range b.plan {

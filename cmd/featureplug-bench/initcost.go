@@ -20,8 +20,10 @@ const topInits = 5
 // InitCost is the floor under the agent's start-up: what any run of the
 // binary pays before main does anything.
 type InitCost struct {
-	// VersionMs is the wall time of `featureplug version`, fork to exit.
-	VersionMs float64 `json:"versionMs"`
+	// VersionMs is the wall time of `featureplug version`, fork to exit,
+	// and VersionCPUMs the CPU (user + system, all threads) it used.
+	VersionMs    float64 `json:"versionMs"`
+	VersionCPUMs float64 `json:"versionCpuMs"`
 	// PackageInitMs sums the package initializers' clock time reported by
 	// GODEBUG=inittrace=1.
 	PackageInitMs float64 `json:"packageInitMs"`
@@ -49,6 +51,7 @@ func measureInit(ctx context.Context, binary string) (InitCost, error) {
 		return c, fmt.Errorf("%s version: %w: %s", binary, err, out)
 	}
 	c.VersionMs = ms(time.Since(t0))
+	c.VersionCPUMs = ms(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 
 	cmd = exec.CommandContext(ctx, binary, "version")
 	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")

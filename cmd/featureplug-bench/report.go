@@ -128,11 +128,13 @@ func mb(kib int64) float64 { return float64(kib) * 1024 / 1e6 }
 func figureDefs(plan []rules.Resource, rounds []Round) []figureDef {
 	defs := []figureDef{
 		{"exec + package init (featureplug version)", "ms", nil, func(r Round) []float64 { return one(r.Init.VersionMs) }},
+		{"  its CPU time (user + system)", "ms", nil, func(r Round) []float64 { return one(r.Init.VersionCPUMs) }},
 		{"  package init alone (GODEBUG=inittrace)", "ms", nil, func(r Round) []float64 { return one(r.Init.PackageInitMs) }},
 		{"launch -> first Register", "ms", nil, func(r Round) []float64 { return one(r.Startup.FirstRegisterMs) }},
 		{"launch -> all resources registered", "ms", &goal{limit: goalRegisteredMs}, func(r Round) []float64 { return one(r.Startup.AllRegisteredMs) }},
 		{"launch -> first ListAndWatch response", "ms", nil, func(r Round) []float64 { return one(r.Startup.FirstListMs) }},
 		{"launch -> all resources listed", "ms", nil, func(r Round) []float64 { return one(r.Startup.AllListedMs) }},
+		{"  agent CPU time by then", "ms", nil, func(r Round) []float64 { return one(r.Startup.CPUMs) }},
 	}
 	if len(plan) > 1 {
 		for _, res := range plan {
