@@ -1,0 +1,37 @@
+package agent
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/featureplug/featureplug/plugin/mps"
+	"github.com/featureplug/featureplug/rules"
+)
+
+func TestMPSDaemons(t *testing.T) {
+	plan := &rules.Plan{Resources: []rules.Resource{
+		{Name: "nvidia.com/gpu", Devices: []rules.Device{{ID: "GPU-a", GPUUUID: "GPU-a", GPUIndex: 0}}},
+		{
+			Name: "example.com/gpu.mps",
+			Sharing: rules.Sharing{Strategy: rules.SharingMPS, Replicas: 4,
+				MPS: &rules.MPSLimits{PinnedMemoryLimitMiB: 20000, ActiveThreadPercentage: 25}},
+			Devices: []rules.Device{{ID: "GPU-b", GPUUUID: "GPU-b", GPUIndex: 1}, {ID: "GPU-c", GPUUUID: "GPU-c", GPUIndex: 2}},
+		},
+		{Name: "example.com/ts", Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 2},
+			Devices: []rules.Device{{ID: "GPU-d", GPUUUID: "GPU-d", GPUIndex: 3}}},
+	}}
+	want := []mps.Daemon{{
+		Resource:               "example.com/gpu.mps",
+		ActiveThreadPercentage: 25,
+		Devices: []mps.Device{
+			{UUID: "GPU-b", Index: 1, PinnedMemoryLimitMiB: 20000},
+			{UUID: "GPU-c", Index: 2, PinnedMemoryLimitMiB: 20000},
+		},
+	}}
+	if got := mpsDaemons(plan); !reflect.DeepEqual(got, want) {
+		t.Errorf("mpsDaemons = %+v\nwant %+v", got, want)
+	}
+	if got := mpsDaemons(&rules.Plan{}); got != nil {
+		t.Errorf("mpsDaemons of an empty plan = %+v", got)
+	}
+}
