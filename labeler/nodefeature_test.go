@@ -28,6 +28,13 @@ const (
 
 var nodeFeatureResource = schema.GroupResource{Group: "nfd.k8s-sigs.io", Resource: "nodefeatures"}
 
+// newNFDFake returns NFD's fake clientset. It is the deprecated
+// NewSimpleClientset because NewClientset fails on Create for NFD's types
+// ("no type found"); NFD's own tests do the same.
+func newNFDFake(objects ...runtime.Object) *nfdfake.Clientset {
+	return nfdfake.NewSimpleClientset(objects...) //nolint:staticcheck // NewClientset cannot create NodeFeatures
+}
+
 type nfHarness struct {
 	nfd  *nfdfake.Clientset
 	kube *kubefake.Clientset
@@ -37,9 +44,7 @@ type nfHarness struct {
 func newNFHarness(t *testing.T, objects ...runtime.Object) *nfHarness {
 	t.Helper()
 	h := &nfHarness{
-		// NewSimpleClientset, not NewClientset: the latter fails on Create
-		// for NFD's types ("no type found").
-		nfd:  nfdfake.NewSimpleClientset(objects...),
+		nfd:  newNFDFake(objects...),
 		kube: kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}}),
 	}
 	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: h.nfd, Kube: h.kube})
@@ -316,7 +321,7 @@ func TestNodeFeatureCRDMissing(t *testing.T) {
 }
 
 func TestNodeFeatureNodeMissing(t *testing.T) {
-	nfd := nfdfake.NewSimpleClientset()
+	nfd := newNFDFake()
 	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: "ghost", Namespace: testNamespace, NFD: nfd, Kube: kubefake.NewClientset()})
 	if err != nil {
 		t.Fatal(err)
@@ -362,7 +367,7 @@ func TestNodeFeatureName(t *testing.T) {
 }
 
 func TestNewNodeFeaturePublisherErrors(t *testing.T) {
-	nfd, kube := nfdfake.NewSimpleClientset(), kubefake.NewClientset()
+	nfd, kube := newNFDFake(), kubefake.NewClientset()
 	tests := []struct {
 		name string
 		cfg  NodeFeatureConfig
@@ -385,7 +390,7 @@ func TestNewNodeFeaturePublisherErrors(t *testing.T) {
 }
 
 func BenchmarkNodeFeaturePublishUnchanged(b *testing.B) {
-	nfd := nfdfake.NewSimpleClientset()
+	nfd := newNFDFake()
 	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}})
 	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfd, Kube: kube})
 	if err != nil {
