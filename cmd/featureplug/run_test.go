@@ -259,6 +259,14 @@ gpus:
 		data, _ := os.ReadFile(features)
 		return strings.Contains(string(data), "nvidia.com/mig-1g.5gb.count=7")
 	})
+	// A re-discovery that finds nothing new writes nothing.
+	p.signal(syscall.SIGHUP)
+	eventually(t, "the unchanged re-discovery is published", func() bool {
+		return p.metric("featureplug_publish_attempts_total", `result="ok"`) >= 2
+	})
+	if writes := p.metric("featureplug_publish_writes_total", ""); writes != 1 {
+		t.Errorf("%v feature-file writes after an unchanged re-discovery, want 1", writes)
+	}
 
 	writeFile(t, nodeFile, layout("3g.20gb", 2))
 	p.signal(syscall.SIGHUP)

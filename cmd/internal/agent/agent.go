@@ -182,6 +182,15 @@ func New(cfg Config) (*Agent, error) {
 	if a.pub, err = a.newPublisher(); err != nil {
 		return nil, err
 	}
+	if st, ok := a.pub.(interface{ Stats() labeler.WriteStats }); ok {
+		writes := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "featureplug_publish_writes_total",
+			Help: "Writes of the NodeFeature object or feature file (publishes that found the content unchanged write nothing).",
+		}, func() float64 { return float64(st.Stats().Writes()) })
+		if err := a.registry.Register(writes); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Kube != nil {
 		a.events = newEventRecorder(cfg.Kube, cfg.NodeName, cfg.Namespace, cfg.Logger)
 	}
