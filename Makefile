@@ -78,13 +78,25 @@ bench-process: build
 	done
 
 ## bench-profile: where start-up time goes: a CPU profile of the agent's
-## in-process start-up, and the costliest package initializers of the binary.
+## in-process start-up (go test -cpuprofile), the costliest package
+## initializers of the binary, and, when perf is installed, a whole-process
+## profile of ten launches of featureplug run on the fake DGX A100.
 bench-profile: build
 	mkdir -p $(BENCH_OUT)
 	$(GO) test -run '^$$' -bench AgentStartup -benchtime 50x -cpuprofile $(BENCH_OUT)/startup.cpu.prof \
 		-o $(BENCH_OUT)/featureplug-bench.test ./cmd/featureplug-bench
-	$(GO) tool pprof -top -cum -nodecount 40 $(BENCH_OUT)/featureplug-bench.test $(BENCH_OUT)/startup.cpu.prof
+	$(GO) tool pprof -top -cum -nodecount 40 -focus 'featureplug/(cmd/internal/agent|discovery|rules|labeler|plugin)\.' \
+		$(BENCH_OUT)/featureplug-bench.test $(BENCH_OUT)/startup.cpu.prof
 	GODEBUG=inittrace=1 $(BIN) version 2>&1 >/dev/null | sort -t, -k2 -rn | head -15
+	@if command -v perf >/dev/null; then \
+		dir=$$(mktemp -d /tmp/fpp.XXXX); \
+		perf record -q -F 20000 -g -o $(BENCH_OUT)/startup.perf.data -- sh -c \
+			'for i in 1 2 3 4 5 6 7 8 9 10; do timeout -s TERM 0.4 $(BIN) run --fake-node dgx-a100 --rules mixed \
+				--publish none --kubelet-dir '$$dir' --metrics-addr 127.0.0.1:0 >/dev/null 2>&1; done'; \
+		perf report -i $(BENCH_OUT)/startup.perf.data --comm featureplug --children --sort symbol -g none \
+			--percent-limit 4 --stdio 2>/dev/null | awk '/%/ && !/^#/ {print $$1, $$4}'; \
+		rm -rf $$dir; \
+	else echo "perf not found: skipping the whole-process profile"; fi
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./rules/
