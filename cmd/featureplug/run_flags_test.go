@@ -1,0 +1,70 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func TestRunHelpDocumentsEveryFlagAndItsEnvironmentVariable(t *testing.T) {
+	out, err := execute(t, "run", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRunCommand().Flags().VisitAll(func(f *pflag.Flag) {
+		if !strings.Contains(out, "--"+f.Name) || !strings.Contains(out, "$"+envName(f.Name)) {
+			t.Errorf("run --help does not document --%s and $%s", f.Name, envName(f.Name))
+		}
+	})
+}
+
+func TestRunFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("FEATUREPLUG_PUBLISH", "file")
+	t.Setenv("FEATUREPLUG_DEVICE_LIST_STRATEGY", "envvar, cdi-cri")
+	t.Setenv("FEATUREPLUG_IGNORED_XIDS", "13,79")
+	t.Setenv("FEATUREPLUG_REDISCOVER_INTERVAL", "10s")
+	t.Setenv("FEATUREPLUG_RULES", "from-env.yaml")
+	cmd := newRunCommand()
+	if err := cmd.Flags().Parse([]string{"--rules", "from-flag.yaml"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyEnv(cmd.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
+	for name, want := range map[string]string{
+		"publish":              "file",
+		"device-list-strategy": "[envvar,cdi-cri]",
+		"ignored-xids":         "[13,79]",
+		"rediscover-interval":  "10s",
+		"rules":                "from-flag.yaml", // the command line wins
+	} {
+		if got := get(name); got != want {
+			t.Errorf("--%s = %q, want %q", name, got, want)
+		}
+	}
+
+	t.Setenv("FEATUREPLUG_RESYNC_INTERVAL", "soon")
+	if err := applyEnv(newRunCommand().Flags()); err == nil || !strings.Contains(err.Error(), "FEATUREPLUG_RESYNC_INTERVAL") || !strings.Contains(err.Error(), "soon") {
+		t.Errorf("a bad environment value gives %v, want an error naming the variable and value", err)
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--fake-node", "dgx-h100", "--publish", "carrier-pigeon", "--metrics-addr", ""}, `--publish: "carrier-pigeon"`},
+		{[]string{"run", "--fake-node", "dgx-h100", "--publish", "none", "--log-level", "loud"}, `--log-level: "loud"`},
+		{[]string{"run", "--fake-node", "dgx-h100", "--publish", "nodefeature", "--metrics-addr", ""}, "--publish nodefeature needs an API server"},
+		{[]string{"run", "--fake-node", "dgx-h100", "--publish", "none", "--device-id-strategy", "serial", "--metrics-addr", ""}, "serial"},
+	}
+	for _, tt := range tests {
+		_, err := execute(t, tt.args...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: error %v, want one containing %q", tt.args, err, tt.want)
+		}
+	}
+}
