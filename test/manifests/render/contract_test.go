@@ -1,0 +1,388 @@
+package render
+
+import (
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// TestOverlaysRenderTheirObjects builds each overlay and checks the set of
+// objects and the publishing mode the agent is given.
+func TestOverlaysRenderTheirObjects(t *testing.T) {
+	common := []string{
+		"Namespace " + namespace,
+		"ServiceAccount " + name,
+		"ClusterRole " + name,
+		"ClusterRoleBinding " + name,
+		"ConfigMap " + rulesConfigMap,
+		"DaemonSet " + name,
+	}
+	nodeFeature := []string{
+		"Role " + name,
+		"RoleBinding " + name,
+		"ValidatingAdmissionPolicy " + policyName,
+		"ValidatingAdmissionPolicyBinding " + policyName,
+	}
+	for _, tc := range []struct {
+		overlay     string
+		want        []string
+		publish     string
+		featuresDir string
+	}{
+		{overlay: "overlays/nodefeature", want: append(slices.Clone(common), nodeFeature...), publish: "nodefeature"},
+		{overlay: "overlays/features-d", want: common, publish: "file",
+			featuresDir: "/etc/kubernetes/node-feature-discovery/features.d"},
+	} {
+		t.Run(tc.overlay, func(t *testing.T) {
+			objs := kustomize(t, tc.overlay)
+			var got []string
+			for _, o := range objs {
+				got = append(got, o.GetKind()+" "+o.GetName())
+			}
+			if !sets.New(got...).Equal(sets.New(tc.want...)) || len(got) != len(tc.want) {
+				t.Errorf("objects:\n got %v\nwant %v", sorted(got), sorted(tc.want))
+			}
+			ds := daemonSet(t, objs)
+			c := agent(t, ds)
+			if p, _ := flagValue(c.Args, "publish"); p != tc.publish {
+				t.Errorf("--publish=%q, want %q (args %v)", p, tc.publish, c.Args)
+			}
+			file, hasFile := flagValue(c.Args, "features-file")
+			if tc.featuresDir == "" {
+				if hasFile || volume(ds, "features-d") != nil {
+					t.Errorf("features.d is configured though the overlay publishes %s", tc.publish)
+				}
+				return
+			}
+			if filepath.Dir(file) != tc.featuresDir {
+				t.Errorf("--features-file=%q, want a file in %s", file, tc.featuresDir)
+			}
+			m := mountAt(c, tc.featuresDir)
+			v := volume(ds, "features-d")
+			if m == nil || m.ReadOnly || v == nil || v.HostPath == nil || v.HostPath.Path != tc.featuresDir {
+				t.Errorf("features.d: want host path %s mounted writable at the same path, got mount %+v volume %+v", tc.featuresDir, m, v)
+			}
+		})
+	}
+}
+
+// TestAgentContract checks what the agent relies on in every rendering:
+// scheduling, probes, resources, downward API, and that each path flag
+// points into a mount of the right host path.
+func TestAgentContract(t *testing.T) {
+	renderings := map[string]func(t *testing.T) []*unstructured.Unstructured{
+		"kustomize overlays/nodefeature": func(t *testing.T) []*unstructured.Unstructured { return kustomize(t, "overlays/nodefeature") },
+		"kustomize overlays/features-d":  func(t *testing.T) []*unstructured.Unstructured { return kustomize(t, "overlays/features-d") },
+		"kustomize nodefeature + mps + cdi": func(t *testing.T) []*unstructured.Unstructured {
+			return composed(t, "overlays/nodefeature", "components/mps", "components/cdi")
+		},
+		"helm defaults": func(t *testing.T) []*unstructured.Unstructured { return helm(t, nil) },
+		"helm publish=file, mps, cdi, driverRoot": func(t *testing.T) []*unstructured.Unstructured {
+			return helm(t, map[string]any{
+				"publish": "file", "mps": map[string]any{"enabled": true},
+				"deviceListStrategy": []any{"envvar", "cdi-cri"}, "driverRoot": "/run/nvidia/driver",
+				"kubeletDir": "/var/lib/k0s/kubelet/device-plugins", "metricsPort": 9400,
+			})
+		},
+	}
+	for label, render := range renderings {
+		t.Run(label, func(t *testing.T) {
+			objs := render(t)
+			ds := daemonSet(t, objs)
+			pod := &ds.Spec.Template.Spec
+			c := agent(t, ds)
+
+			// Any of NFD's labels for an NVIDIA PCI device selects the node.
+			var terms []string
+			if a := pod.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+				for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+					var exprs []string
+					for _, e := range term.MatchExpressions {
+						exprs = append(exprs, e.Key+" "+string(e.Operator)+" "+strings.Join(e.Values, ","))
+					}
+					terms = append(terms, strings.Join(exprs, " && "))
+				}
+			}
+			if !slices.Equal(terms, gpuNodeTerms) {
+				t.Errorf("required node affinity terms %q, want %q", terms, gpuNodeTerms)
+			}
+			if len(pod.NodeSelector) != 0 {
+				t.Errorf("nodeSelector %v: the affinity alone selects GPU nodes", pod.NodeSelector)
+			}
+			for _, want := range []string{"nvidia.com/gpu:Exists:NoSchedule", "CriticalAddonsOnly:Exists:"} {
+				found := false
+				for _, tol := range pod.Tolerations {
+					found = found || string(tol.Key)+":"+string(tol.Operator)+":"+string(tol.Effect) == want
+				}
+				if !found {
+					t.Errorf("no toleration %s in %+v", want, pod.Tolerations)
+				}
+			}
+			if pod.PriorityClassName != "system-node-critical" {
+				t.Errorf("priorityClassName %q", pod.PriorityClassName)
+			}
+			if !has(objs, "ServiceAccount", pod.ServiceAccountName) {
+				t.Errorf("serviceAccountName %q is not rendered", pod.ServiceAccountName)
+			}
+			if len(c.Args) == 0 || c.Args[0] != "run" {
+				t.Errorf("args %v do not start with run", c.Args)
+			}
+			if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+				t.Errorf("the agent must run privileged to see the host's /dev/nvidia*")
+			}
+
+			// Probes on the port --metrics-addr listens on.
+			addr, _ := flagValue(c.Args, "metrics-addr")
+			var port int32
+			for _, p := range c.Ports {
+				if p.Name == "metrics" {
+					port = p.ContainerPort
+				}
+			}
+			if port == 0 || !strings.HasSuffix(addr, ":"+strconv.Itoa(int(port))) {
+				t.Errorf("--metrics-addr=%q does not listen on the metrics port %d", addr, port)
+			}
+			for probe, path := range map[string]string{"readiness": "/readyz", "liveness": "/healthz"} {
+				p := c.ReadinessProbe
+				if probe == "liveness" {
+					p = c.LivenessProbe
+				}
+				if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "metrics" {
+					t.Errorf("%s probe %+v, want GET %s on port metrics", probe, p, path)
+				}
+			}
+
+			// Small, bounded resources.
+			req, lim := c.Resources.Requests, c.Resources.Limits
+			if req.Cpu().IsZero() || req.Memory().IsZero() || lim.Memory().IsZero() || req.Memory().Cmp(*lim.Memory()) > 0 {
+				t.Errorf("resources %+v: want cpu and memory requests and a memory limit at least the request", c.Resources)
+			}
+
+			// Downward API.
+			env := map[string]string{}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+					env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+				}
+			}
+			if env["NODE_NAME"] != "spec.nodeName" || env["POD_NAMESPACE"] != "metadata.namespace" {
+				t.Errorf("downward API env %v, want NODE_NAME=spec.nodeName, POD_NAMESPACE=metadata.namespace", env)
+			}
+
+			checkPaths(t, objs, ds)
+		})
+	}
+}
+
+// checkPaths checks that every path flag of the agent points into a mount
+// of the host path it is about, and that mounts and volumes pair up.
+func checkPaths(t *testing.T, objs []*unstructured.Unstructured, ds *appsv1.DaemonSet) {
+	t.Helper()
+	pod := &ds.Spec.Template.Spec
+	c := agent(t, ds)
+	volumes := map[string]bool{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = true
+	}
+	for _, m := range c.VolumeMounts {
+		if !volumes[m.Name] {
+			t.Errorf("mount %s at %s has no volume", m.Name, m.MountPath)
+		}
+		if m.SubPath != "" {
+			t.Errorf("mount %s uses subPath %q: ConfigMap updates and symlink swaps would not reach the agent", m.Name, m.SubPath)
+		}
+		delete(volumes, m.Name)
+	}
+	for v := range volumes {
+		t.Errorf("volume %s is not mounted", v)
+	}
+
+	hostPathAt := func(flag, mountPath string, readOnly bool) string {
+		t.Helper()
+		m := mountAt(c, mountPath)
+		if m == nil {
+			t.Errorf("--%s needs a mount at %s; mounts: %+v", flag, mountPath, c.VolumeMounts)
+			return ""
+		}
+		if m.ReadOnly != readOnly {
+			t.Errorf("mount at %s (for --%s): readOnly=%v, want %v", mountPath, flag, m.ReadOnly, readOnly)
+		}
+		v := volume(ds, m.Name)
+		if v == nil || v.HostPath == nil {
+			t.Errorf("mount at %s (for --%s) is not a hostPath volume", mountPath, flag)
+			return ""
+		}
+		return v.HostPath.Path
+	}
+
+	// The kubelet dials the socket path the agent registers, so the
+	// directory is mounted at its host path.
+	if dir, ok := flagValue(c.Args, "kubelet-dir"); !ok {
+		t.Errorf("no --kubelet-dir in %v", c.Args)
+	} else if hp := hostPathAt("kubelet-dir", dir, false); hp != dir {
+		t.Errorf("--kubelet-dir=%s is host path %q", dir, hp)
+	}
+	if root, _ := flagValue(c.Args, "driver-root"); root != "/host" {
+		t.Errorf("--driver-root=%q, want /host", root)
+	} else if m := mountAt(c, root); m == nil || m.MountPropagation == nil || *m.MountPropagation != "HostToContainer" {
+		t.Errorf("driver root mount %+v: want HostToContainer propagation", m)
+	} else {
+		hostPathAt("driver-root", root, true)
+	}
+	if root, ok := flagValue(c.Args, "sysfs-root"); !ok {
+		t.Errorf("no --sysfs-root in %v", c.Args)
+	} else if hp := hostPathAt("sysfs-root", filepath.Join(root, "sys"), true); hp != "/sys" {
+		t.Errorf("--sysfs-root=%s: %s/sys is host path %q, want /sys", root, root, hp)
+	}
+
+	// Rules: a ConfigMap mounted as a directory holding the file.
+	if file, ok := flagValue(c.Args, "rules"); ok && filepath.IsAbs(file) {
+		m := mountAt(c, filepath.Dir(file))
+		if m == nil {
+			t.Errorf("--rules=%s is not in a mounted directory", file)
+		} else if v := volume(ds, m.Name); v == nil || v.ConfigMap == nil {
+			t.Errorf("--rules=%s: directory is not a ConfigMap volume", file)
+		} else if cm := find(t, objs, "ConfigMap", v.ConfigMap.Name); cm != nil {
+			if data, _, _ := unstructured.NestedString(cm.Object, "data", filepath.Base(file)); data == "" {
+				t.Errorf("ConfigMap %s has no key %s", cm.GetName(), filepath.Base(file))
+			}
+		}
+	}
+
+	if file, ok := flagValue(c.Args, "features-file"); ok {
+		dir := filepath.Dir(file)
+		if hp := hostPathAt("features-file", dir, false); hp != dir {
+			t.Errorf("--features-file=%s: %s is host path %q", file, dir, hp)
+		}
+	}
+	if root, ok := flagValue(c.Args, "mps-root"); ok {
+		if !pod.HostIPC {
+			t.Errorf("--mps-root is set but the pod does not run in the host's IPC namespace")
+		}
+		if hp := hostPathAt("mps-root", root, false); hp != root {
+			t.Errorf("--mps-root=%s is host path %q (Allocate mounts the same path into workloads)", root, hp)
+		}
+	} else if pod.HostIPC {
+		t.Errorf("hostIPC without MPS")
+	}
+	if s, _ := flagValue(c.Args, "device-list-strategy"); strings.Contains(s, "cdi-") {
+		hostPathAt("device-list-strategy", "/var/run/cdi", true)
+	} else if mountAt(c, "/var/run/cdi") != nil {
+		t.Errorf("/var/run/cdi is mounted without a CDI device list strategy")
+	}
+}
+
+// TestRBACIsMinimal checks the agent's rights: NodeFeatures in its
+// namespace, read-only Nodes, Events, and nothing else.
+func TestRBACIsMinimal(t *testing.T) {
+	objs := kustomize(t, "overlays/nodefeature")
+	type rule struct{ groups, resources, verbs []string }
+	rulesOf := func(kind, objName string) []rule {
+		o := find(t, objs, kind, objName)
+		raw, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		var out []rule
+		for _, r := range raw {
+			m := r.(map[string]any)
+			str := func(k string) []string {
+				v, _, _ := unstructured.NestedStringSlice(m, k)
+				return v
+			}
+			out = append(out, rule{str("apiGroups"), str("resources"), str("verbs")})
+		}
+		return out
+	}
+	want := map[string][]rule{
+		"Role": {{[]string{"nfd.k8s-sigs.io"}, []string{"nodefeatures"},
+			[]string{"get", "list", "watch", "create", "update", "patch"}}},
+		"ClusterRole": {
+			{[]string{""}, []string{"nodes"}, []string{"get", "list", "watch"}},
+			{[]string{"", "events.k8s.io"}, []string{"events"}, []string{"create", "patch"}},
+		},
+	}
+	for kind, w := range want {
+		got := rulesOf(kind, name)
+		if len(got) != len(w) {
+			t.Errorf("%s %s: %d rules, want %d: %+v", kind, name, len(got), len(w), got)
+			continue
+		}
+		for i := range w {
+			if !slices.Equal(got[i].groups, w[i].groups) || !slices.Equal(got[i].resources, w[i].resources) ||
+				!slices.Equal(got[i].verbs, w[i].verbs) {
+				t.Errorf("%s %s rule %d: %+v, want %+v", kind, name, i, got[i], w[i])
+			}
+		}
+	}
+	role := find(t, objs, "Role", name)
+	if role.GetNamespace() != namespace {
+		t.Errorf("Role in namespace %q, want %q", role.GetNamespace(), namespace)
+	}
+	for _, b := range []struct{ kind, roleKind string }{{"RoleBinding", "Role"}, {"ClusterRoleBinding", "ClusterRole"}} {
+		o := find(t, objs, b.kind, name)
+		ref, _, _ := unstructured.NestedStringMap(o.Object, "roleRef")
+		if ref["kind"] != b.roleKind || ref["name"] != name {
+			t.Errorf("%s roleRef %v, want %s %s", b.kind, ref, b.roleKind, name)
+		}
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		if len(subjects) != 1 {
+			t.Fatalf("%s: %d subjects, want the agent's service account only", b.kind, len(subjects))
+		}
+		s := subjects[0].(map[string]any)
+		if s["kind"] != "ServiceAccount" || s["name"] != name || s["namespace"] != namespace {
+			t.Errorf("%s subject %v, want ServiceAccount %s/%s", b.kind, s, namespace, name)
+		}
+	}
+}
+
+// TestAdmissionPolicyNamesTheAgent checks that the policy's match condition
+// names the rendered service account (a namespace change that forgets the
+// policy would silently switch it off) and that its binding denies.
+func TestAdmissionPolicyNamesTheAgent(t *testing.T) {
+	for label, objs := range map[string][]*unstructured.Unstructured{
+		"kustomize": kustomize(t, "overlays/nodefeature"),
+		"helm":      helm(t, nil),
+		"helm in another namespace": func() []*unstructured.Unstructured {
+			o, err := Helm(filepath.Join(manifestsDir(t), "helm", "featureplug"), "gpu", "gpu-system",
+				map[string]any{"serviceAccount": map[string]any{"name": "agent"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		}(),
+	} {
+		t.Run(label, func(t *testing.T) {
+			var sa *unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() == "ServiceAccount" {
+					sa = o
+				}
+			}
+			if sa == nil {
+				t.Fatal("no ServiceAccount")
+			}
+			policy := find(t, objs, "ValidatingAdmissionPolicy", policyName)
+			conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
+			want := "request.userInfo.username == 'system:serviceaccount:" + sa.GetNamespace() + ":" + sa.GetName() + "'"
+			if len(conds) != 1 || conds[0].(map[string]any)["expression"] != want {
+				t.Errorf("matchConditions %v, want the one expression %s", conds, want)
+			}
+			binding := find(t, objs, "ValidatingAdmissionPolicyBinding", policyName)
+			ref, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName")
+			actions, _, _ := unstructured.NestedStringSlice(binding.Object, "spec", "validationActions")
+			if ref != policyName || !slices.Equal(actions, []string{"Deny"}) {
+				t.Errorf("binding policyName %q validationActions %v, want %s [Deny]", ref, actions, policyName)
+			}
+		})
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
