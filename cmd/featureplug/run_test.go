@@ -229,9 +229,7 @@ func TestRunRulesReload(t *testing.T) {
 			t.Errorf("%s stopped serving after an invalid rules edit", res)
 		}
 	}
-	if !strings.Contains(p.logs.String(), "not a resource name") {
-		t.Errorf("the log does not name the bad value")
-	}
+	eventually(t, "the log names the bad value", func() bool { return strings.Contains(p.logs.String(), "not a resource name") })
 }
 
 func TestRunFollowsFakeNodeChangesOnSIGHUP(t *testing.T) {
@@ -316,7 +314,7 @@ func TestRunReadinessAndCleanStop(t *testing.T) {
 func TestRunHealthEventReachesKubelet(t *testing.T) {
 	dir := shortTempDir(t)
 	k := startKubelet(t, dir)
-	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir, "--health-recovery", "300ms")
+	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir, "--health-recovery", "1s")
 	eventually(t, "8 healthy GPUs", func() bool { _, healthy := k.Capacity("nvidia.com/gpu"); return healthy == 8 })
 
 	resp, err := http.Post(p.metrics+"/fake/xid?gpu=3&xid=79", "", nil)
@@ -331,9 +329,11 @@ func TestRunHealthEventReachesKubelet(t *testing.T) {
 			unhealthy = d.ID
 		}
 	}
-	if !strings.Contains(p.logs.String(), unhealthy) {
-		t.Errorf("the log does not name unhealthy device %s", unhealthy)
+	if unhealthy == "" {
+		t.Fatal("no device was reported Unhealthy")
 	}
+	// The log arrives through a pipe, after the kubelet has seen the change.
+	eventually(t, "the log names the unhealthy device", func() bool { return strings.Contains(p.logs.String(), unhealthy) })
 	eventually(t, "GPU 3 recovers", func() bool { _, healthy := k.Capacity("nvidia.com/gpu"); return healthy == 8 })
 
 	// A bad request names the parameter.
@@ -451,7 +451,7 @@ func TestRunHoldsBackMPSWithoutControlBinary(t *testing.T) {
 	if k.Streaming("example.com/gpu.mps") {
 		t.Error("the MPS resource is advertised without its control daemon")
 	}
-	if !strings.Contains(p.logs.String(), "nvidia-cuda-mps-control") {
-		t.Error("the log does not say why the MPS resource is held back")
-	}
+	eventually(t, "the log says why the MPS resource is held back", func() bool {
+		return strings.Contains(p.logs.String(), "nvidia-cuda-mps-control")
+	})
 }

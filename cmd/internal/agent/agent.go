@@ -158,13 +158,13 @@ func New(cfg Config) (*Agent, error) {
 		mpsChanged: make(chan struct{}, 1),
 	}
 	var err error
-	if a.metrics, err = newMetrics(a.registry); err != nil {
-		return nil, err
-	}
 	popts := cfg.Plugin
 	popts.Logger = cfg.Logger.With("component", "plugin")
 	popts.Registerer = a.registry
 	if a.manager, err = plugin.NewManager(popts); err != nil {
+		return nil, err
+	}
+	if a.metrics, err = newMetrics(a.registry, a.manager.Ready); err != nil {
 		return nil, err
 	}
 	mopts := cfg.MPS
@@ -317,8 +317,6 @@ loop:
 			}
 		case <-a.mpsChanged:
 			a.applyServed(ctx, "mps")
-		case <-a.readyTick():
-			a.updateReady()
 		}
 	}
 	a.mps.Stop()
@@ -327,24 +325,7 @@ loop:
 		a.stopHealth()
 	}
 	wg.Wait()
-	a.metrics.ready.Set(0)
 	return runErr
-}
-
-// readyTick polls readiness until the agent is ready, then never fires.
-func (a *Agent) readyTick() <-chan time.Time {
-	if a.manager.Ready() {
-		a.metrics.ready.Set(1)
-		return nil
-	}
-	return time.After(50 * time.Millisecond)
-}
-
-func (a *Agent) updateReady() {
-	if a.manager.Ready() {
-		a.metrics.ready.Set(1)
-		a.log.Info("ready: every resource of the first plan is registered")
-	}
 }
 
 func (a *Agent) rulesFile() (string, bool) {

@@ -13,11 +13,10 @@ type metrics struct {
 	discoveries       *prometheus.CounterVec
 	discoveryDuration prometheus.Histogram
 	publishes         *prometheus.CounterVec
-	ready             prometheus.Gauge
 	mpsUnavailable    *prometheus.GaugeVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) {
 	m := &metrics{
 		ruleErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "featureplug_rule_errors_total",
@@ -44,10 +43,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "featureplug_publish_attempts_total",
 			Help: "Publish attempts of features and labels by result (ok, error).",
 		}, []string{"result"}),
-		ready: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "featureplug_ready",
-			Help: "1 once every resource of the first plan is registered with the kubelet.",
-		}),
 		mpsUnavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "featureplug_mps_resource_unavailable",
 			Help: "1 while an MPS-shared resource is held back because its control daemon is not up.",
@@ -55,7 +50,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.ruleErrors, m.ruleReloads, m.planErrors, m.discoveries, m.discoveryDuration,
-		m.publishes, m.ready, m.mpsUnavailable,
+		m.publishes, m.mpsUnavailable,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "featureplug_ready",
+			Help: "1 once every resource of the first plan is registered with the kubelet.",
+		}, func() float64 {
+			if ready() {
+				return 1
+			}
+			return 0
+		}),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
