@@ -236,6 +236,7 @@ func (p *KubeletPeer) AllocatePod(ctx context.Context, pod *v1.Pod) (map[string]
 	}
 	p.allocMu.Lock()
 	defer p.allocMu.Unlock()
+	ctx = klog.NewContext(ctx, p.logger) // the manager logs through ctx's logger
 	p.setPod(pod)
 	out := map[string]*Allocation{}
 	containers := append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)

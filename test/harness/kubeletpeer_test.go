@@ -125,7 +125,7 @@ func (p *tinyPlugin) allocations() [][]string {
 
 // serve serves the plugin on dir/name and registers it with the kubelet's
 // socket, as a device plugin does on a node.
-func (p *tinyPlugin) serve(t *testing.T, dir, name, kubeletSocket string) {
+func (p *tinyPlugin) serve(t testing.TB, dir, name, kubeletSocket string) {
 	t.Helper()
 	sock := filepath.Join(dir, name)
 	l, err := net.Listen("unix", sock)
@@ -234,5 +234,30 @@ func TestKubeletPeerRegistersAndAllocates(t *testing.T) {
 	want := [][]string{{"dev-1"}, {"dev-0", "dev-2"}, {"dev-1"}}
 	if got := plugin.allocations(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("plugin saw Allocate calls %v, want %v", got, want)
+	}
+}
+
+// BenchmarkKubeletPeerAllocate measures one pod admission through the
+// kubelet's device manager and a device plugin over unix sockets: preferred
+// allocation, Allocate and the run options, then the pod's removal.
+func BenchmarkKubeletPeerAllocate(b *testing.B) {
+	const res = "example.com/tiny"
+	peer := harness.StartKubeletPeer(b, b.TempDir())
+	health := map[string]string{}
+	for i := range 8 {
+		health[fmt.Sprintf("dev-%d", i)] = pluginapi.Healthy
+	}
+	newTinyPlugin(res, health).serve(b, peer.Dir, "tiny.sock", peer.SocketPath)
+	ctx := context.Background()
+	if err := peer.WaitCapacity(ctx, res, 8, 8); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		pod := fmt.Sprintf("pod-%d", i)
+		if _, err := peer.Allocate(ctx, pod, "main", res, 2); err != nil {
+			b.Fatal(err)
+		}
+		peer.RemovePod(pod)
 	}
 }
