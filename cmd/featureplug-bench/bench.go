@@ -41,6 +41,11 @@ const (
 	quietHUPs = 2
 	// statPoll is how often the feature file is checked for rewrites.
 	statPoll = 5 * time.Millisecond
+	// restartGap separates kubelet restarts. A real kubelet takes seconds
+	// to come back; restarting the instant the last Register was counted
+	// would catch that Register's reply in flight, which is a different
+	// (and rarer) case than the one measured.
+	restartGap = 200 * time.Millisecond
 )
 
 // Config is one bench run.
@@ -512,6 +517,9 @@ func healthy(devs []*pluginapi.Device) int {
 func (b *bench) restarts(ctx context.Context, s *session, r *Round) error {
 	k := s.kubelet
 	for range restartSamples {
+		if err := sleep(ctx, restartGap); err != nil {
+			return err
+		}
 		regs := map[string]int{}
 		ups := map[string]int{}
 		for _, res := range b.plan {
