@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,7 +113,7 @@ func (c *checker) checkExpression(r *rule, at path, feature string, fs featureSc
 	}
 	sample, has := fs.samples[key]
 	if !has {
-		c.ruleWarning(r, at, "", fmt.Sprintf("featureplug never publishes %q in %s (it publishes %s)", key, feature, strings.Join(sortedKeys(fs.samples), ", ")))
+		c.ruleWarning(r, at, "", fmt.Sprintf("featureplug never publishes %q in %s (it publishes %s)", key, feature, strings.Join(slices.Sorted(maps.Keys(fs.samples)), ", ")))
 		return
 	}
 	switch fs.kind {
@@ -189,15 +190,6 @@ func (s schema) names() []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // formatExpression writes an expression as in explanations:

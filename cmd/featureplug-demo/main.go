@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -253,10 +254,10 @@ func (d *demo) allocate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, k := range sortedKeys(resp.Envs) {
+	for _, k := range slices.Sorted(maps.Keys(resp.Envs)) {
 		fmt.Fprintf(d.out, "  env %s=%s\n", k, resp.Envs[k])
 	}
-	for _, k := range sortedKeys(resp.Annotations) {
+	for _, k := range slices.Sorted(maps.Keys(resp.Annotations)) {
 		fmt.Fprintf(d.out, "  annotation %s=%s\n", k, resp.Annotations[k])
 	}
 	for _, m := range resp.Mounts {
@@ -369,13 +370,4 @@ func freeAddr() (string, error) {
 	}
 	defer func() { _ = ln.Close() }()
 	return ln.Addr().String(), nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -161,18 +162,18 @@ func aligned(rows string) string {
 }
 
 func writeFeatures(b *bytes.Buffer, f *nfdv1alpha1.Features) {
-	for _, name := range sortedKeys(f.Flags) {
-		fmt.Fprintf(b, "  %s: %s\n", name, strings.Join(sortedKeys(f.Flags[name].Elements), ", "))
+	for _, name := range slices.Sorted(maps.Keys(f.Flags)) {
+		fmt.Fprintf(b, "  %s: %s\n", name, strings.Join(slices.Sorted(maps.Keys(f.Flags[name].Elements)), ", "))
 	}
-	for _, name := range sortedKeys(f.Attributes) {
+	for _, name := range slices.Sorted(maps.Keys(f.Attributes)) {
 		attrs := f.Attributes[name].Elements
 		parts := make([]string, 0, len(attrs))
-		for _, k := range sortedKeys(attrs) {
+		for _, k := range slices.Sorted(maps.Keys(attrs)) {
 			parts = append(parts, k+"="+attrs[k])
 		}
 		fmt.Fprintf(b, "  %s: %s\n", name, strings.Join(parts, " "))
 	}
-	for _, name := range sortedKeys(f.Instances) {
+	for _, name := range slices.Sorted(maps.Keys(f.Instances)) {
 		fmt.Fprintf(b, "  %s: %d instances\n", name, len(f.Instances[name].Elements))
 	}
 }
@@ -182,13 +183,4 @@ func numaString(n int) string {
 		return "-"
 	}
 	return fmt.Sprint(n)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -171,7 +173,7 @@ func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, p
 	if err := rules.WriteExplanation(out, plan); err != nil {
 		return errors.Join(errors.New("writing the explanation"), err)
 	}
-	for _, name := range sortedKeys(unavailable) {
+	for _, name := range slices.Sorted(maps.Keys(unavailable)) {
 		if _, err := fmt.Fprintf(out, "\n%s: %s\n", name, unavailable[name]); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -163,11 +164,11 @@ func checkShape(v any, t reflect.Type, path string) error {
 			return shapeError(path, "a mapping", v)
 		}
 		fields := jsonFields(t)
-		for _, key := range sortedKeys(m) {
+		for _, key := range slices.Sorted(maps.Keys(m)) {
 			sub := joinPath(path, key)
 			ft, ok := fields[key]
 			if !ok {
-				return &SpecError{Field: sub, Problem: fmt.Sprintf("unknown field (known: %s)", strings.Join(sortedKeys(fields), ", "))}
+				return &SpecError{Field: sub, Problem: fmt.Sprintf("unknown field (known: %s)", strings.Join(slices.Sorted(maps.Keys(fields)), ", "))}
 			}
 			if err := checkShape(m[key], ft, sub); err != nil {
 				return err
@@ -248,13 +249,4 @@ func joinPath(path, key string) string {
 		return key
 	}
 	return path + "." + key
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

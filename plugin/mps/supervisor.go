@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -188,7 +189,7 @@ func (s *Supervisor) Apply(ctx context.Context, daemons []Daemon) error {
 		stopping[res] = w
 	}
 	var started []string
-	for _, res := range sortedKeys(want) {
+	for _, res := range slices.Sorted(maps.Keys(want)) {
 		if _, running := s.workers[res]; running {
 			continue
 		}
@@ -201,14 +202,14 @@ func (s *Supervisor) Apply(ctx context.Context, daemons []Daemon) error {
 	}
 	s.mu.Unlock()
 
-	for _, res := range sortedKeys(stopping) {
+	for _, res := range slices.Sorted(maps.Keys(stopping)) {
 		_, restarted := want[res]
 		s.log.Info("stopping MPS control daemon", "resource", res, "changed", restarted)
 	}
 	for _, res := range started {
 		s.log.Info("starting MPS control daemon", "resource", res, "devices", strings.Join(want[res].uuids(), ","))
 	}
-	for _, res := range sortedKeys(stopping) {
+	for _, res := range slices.Sorted(maps.Keys(stopping)) {
 		select {
 		case <-stopping[res].done:
 		case <-ctx.Done():
@@ -361,14 +362,4 @@ func (s *Supervisor) noteBinary(err error) {
 	case !missing && was:
 		s.log.Info("MPS control binary found", "binary", s.opts.ControlBinary)
 	}
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
