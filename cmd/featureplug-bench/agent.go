@@ -38,7 +38,7 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("finding a free port: %w", err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return ln.Addr().String(), nil
 }
 
@@ -54,7 +54,7 @@ func launchAgent(binary, logPath string, args []string) (*agentProcess, time.Tim
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("agent log: %w", err)
 	}
-	defer logFile.Close() // the child keeps its own descriptor
+	defer func() { _ = logFile.Close() }() // the child keeps its own descriptor
 	args = append([]string{"run", "--metrics-addr", addr}, args...)
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -158,7 +158,7 @@ func (p *agentProcess) injectXID(ctx context.Context, gpu, xid int) error {
 	if err != nil {
 		return fmt.Errorf("POST %s: %w", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusNoContent {
 		return fmt.Errorf("POST %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
@@ -178,7 +178,7 @@ func (p *agentProcess) metric(ctx context.Context, name string, match ...string)
 	if err != nil {
 		return 0, fmt.Errorf("GET %s: %w", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}

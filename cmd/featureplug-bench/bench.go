@@ -253,7 +253,7 @@ func (b *bench) startSession(extra ...string) (*session, error) {
 	}
 	k, err := kubeletsim.Start(dir)
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	args := append([]string{
@@ -263,18 +263,20 @@ func (b *bench) startSession(extra ...string) (*session, error) {
 	p, start, err := launchAgent(b.cfg.Binary, filepath.Join(dir, "agent.log"), args)
 	if err != nil {
 		k.Stop()
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	return &session{dir: dir, kubelet: k, agent: p, start: start}, nil
 }
 
 // close stops the agent and the kubelet and removes the directory; it
-// reports an agent that did not exit cleanly.
+// reports an agent that did not exit cleanly, or a directory left behind.
 func (s *session) close() error {
 	err := s.agent.stop()
 	s.kubelet.Stop()
-	os.RemoveAll(s.dir)
+	if rmErr := os.RemoveAll(s.dir); rmErr != nil && err == nil {
+		err = fmt.Errorf("removing the kubelet directory: %w", rmErr)
+	}
 	return err
 }
 

@@ -53,7 +53,7 @@ func readKiB(path string, fields map[string]*int64, required string) error {
 	if err != nil {
 		return fmt.Errorf("reading memory: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		parts := strings.Fields(sc.Text())

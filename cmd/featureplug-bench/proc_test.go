@@ -126,7 +126,7 @@ func TestSumMetric(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := sumMetric(f, tt.name, tt.match...)
-		f.Close()
+		_ = f.Close()
 		if err != nil || got != tt.want {
 			t.Errorf("sumMetric(%s, %v) = %v, %v; want %v", tt.name, tt.match, got, err, tt.want)
 		}

@@ -329,7 +329,7 @@ func describeMachine(ctx context.Context, binary, load string) Machine {
 				break
 			}
 		}
-		f.Close()
+		_ = f.Close()
 	}
 	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(data))

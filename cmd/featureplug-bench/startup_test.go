@@ -61,7 +61,7 @@ func startAgentOnce(b *testing.B, node, rulesName string, want int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	k, err := kubeletsim.Start(dir)
 	if err != nil {
 		b.Fatal(err)
