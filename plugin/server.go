@@ -270,6 +270,13 @@ func (s *server) registerOnce() error {
 	if done || !serving {
 		return nil
 	}
+	// A restarting kubelet removes every plugin socket. Registering before
+	// the manager has re-created ours would make the kubelet's dial-back
+	// fail and gRPC wait out its reconnect backoff (a second); the restart
+	// asks for registration again once the socket is back.
+	if _, err := os.Stat(s.socket); err != nil {
+		return fmt.Errorf("own socket not there yet: %w", err)
+	}
 	if err := s.register(kubelet); err != nil {
 		s.deps.metrics.registrations.WithLabelValues(s.name, "error").Inc()
 		return err
