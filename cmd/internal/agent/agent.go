@@ -123,6 +123,9 @@ type Agent struct {
 
 	// current is the latest inventory, read by the health watcher.
 	current atomic.Pointer[discovery.Inventory]
+	// served is the plan last handed to the plugin manager, read by the
+	// Allocate gate.
+	served atomic.Pointer[rules.Plan]
 
 	// published is the content last offered to the publisher, read by
 	// the HTTP server's debug handler.
@@ -161,6 +164,9 @@ func New(cfg Config) (*Agent, error) {
 	popts := cfg.Plugin
 	popts.Logger = cfg.Logger.With("component", "plugin")
 	popts.Registerer = a.registry
+	// An MPS resource is withdrawn when its daemon dies; until the loop has
+	// done so, Allocate refuses it rather than hand out a dead pipe.
+	popts.Gate = a.mpsGate
 	if a.manager, err = plugin.NewManager(popts); err != nil {
 		return nil, err
 	}

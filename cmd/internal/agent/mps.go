@@ -33,6 +33,7 @@ func mpsDaemons(plan *rules.Plan) []mps.Daemon {
 // up: a resource is advertised only when a container could use it.
 func (a *Agent) servedPlan(plan *rules.Plan) *rules.Plan {
 	if a.mps == nil {
+		a.served.Store(plan)
 		return plan
 	}
 	served := *plan
@@ -48,7 +49,21 @@ func (a *Agent) servedPlan(plan *rules.Plan) *rules.Plan {
 		}
 		served.Resources = append(served.Resources, r)
 	}
+	a.served.Store(&served)
 	return &served
+}
+
+// mpsGate lets Allocate through for every resource but an MPS resource
+// whose daemon is not up.
+func (a *Agent) mpsGate(resource string) (bool, string) {
+	plan := a.served.Load()
+	if a.mps == nil || plan == nil {
+		return true, ""
+	}
+	if r, ok := plan.Resource(resource); !ok || r.Sharing.Strategy != rules.SharingMPS {
+		return true, ""
+	}
+	return a.mps.Ready(resource)
 }
 
 // applyMPS starts, reconfigures or stops the MPS daemons for plan.

@@ -35,3 +35,25 @@ func TestMPSDaemons(t *testing.T) {
 		t.Errorf("mpsDaemons of an empty plan = %+v", got)
 	}
 }
+
+func TestMPSGate(t *testing.T) {
+	sup, err := mps.New(mps.Options{Root: t.TempDir(), ControlBinary: "/nonexistent/nvidia-cuda-mps-control"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Stop()
+	a := &Agent{mps: sup}
+	if ok, _ := a.mpsGate("example.com/gpu.mps"); !ok {
+		t.Error("the gate holds back a resource before any plan is served")
+	}
+	a.served.Store(&rules.Plan{Resources: []rules.Resource{
+		{Name: "nvidia.com/gpu"},
+		{Name: "example.com/gpu.mps", Sharing: rules.Sharing{Strategy: rules.SharingMPS, Replicas: 2}},
+	}})
+	if ok, reason := a.mpsGate("nvidia.com/gpu"); !ok {
+		t.Errorf("the gate holds back a resource without MPS: %s", reason)
+	}
+	if ok, reason := a.mpsGate("example.com/gpu.mps"); ok || reason == "" {
+		t.Errorf("the gate lets an MPS resource without a daemon through (reason %q)", reason)
+	}
+}
