@@ -55,7 +55,9 @@ const (
 type Config struct {
 	// NodeName is the Kubernetes node the agent runs on.
 	NodeName string
-	// Namespace is the agent's namespace (NodeFeature objects, Events).
+	// Namespace is the agent's namespace, for the NodeFeature object
+	// (Events about the Node go to the default namespace, see
+	// newEventRecorder).
 	Namespace string
 	// Source reads the GPUs.
 	Source GPUSource
@@ -198,7 +200,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	if cfg.Kube != nil {
-		a.events = newEventRecorder(cfg.Kube, cfg.NodeName, cfg.Namespace, cfg.Logger)
+		a.events = newEventRecorder(cfg.Kube, cfg.NodeName, cfg.Logger)
 	}
 	return a, nil
 }

@@ -35,11 +35,13 @@ type eventRecorder struct {
 	log       *slog.Logger
 }
 
-func newEventRecorder(kube kubernetes.Interface, node, namespace string, log *slog.Logger) *eventRecorder {
-	if namespace == "" {
-		namespace = metav1.NamespaceDefault
-	}
-	return &eventRecorder{kube: kube, node: node, namespace: namespace, log: log}
+// newEventRecorder records Events about the Node in the default namespace:
+// the API server accepts an Event about a cluster-scoped object only there
+// (or in kube-system), where the kubelet writes its own node Events; in any
+// other namespace it is rejected with "involvedObject.namespace: does not
+// match event.namespace".
+func newEventRecorder(kube kubernetes.Interface, node string, log *slog.Logger) *eventRecorder {
+	return &eventRecorder{kube: kube, node: node, namespace: metav1.NamespaceDefault, log: log}
 }
 
 // warn records a Warning event; failures are logged, never returned.
