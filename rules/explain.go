@@ -42,7 +42,8 @@ func WriteExplanation(w io.Writer, p *Plan) error {
 			}
 			fmt.Fprintf(&b, "%s%s: %s\n", label, m.Rule, m.Reason)
 		}
-		if otherKind > 0 && !(d.Resource == "" && d.Kind == DeviceGPU && allMIGEnabled(d.Skipped)) {
+		migGPU := d.Resource == "" && d.Kind == DeviceGPU && allMIGEnabled(d.Skipped)
+		if otherKind > 0 && !migGPU {
 			kind := DeviceMIG
 			if d.Kind == DeviceMIG {
 				kind = DeviceGPU

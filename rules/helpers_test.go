@@ -42,7 +42,9 @@ func withMIG(g discovery.GPU, profiles ...string) discovery.GPU {
 	for i, p := range profiles {
 		var slices int
 		var mem uint64
-		fmt.Sscanf(p, "%dg.%dgb", &slices, &mem)
+		if _, err := fmt.Sscanf(p, "%dg.%dgb", &slices, &mem); err != nil {
+			panic(fmt.Sprintf("withMIG: profile %q: %v", p, err))
+		}
 		g.MIGDevices = append(g.MIGDevices, discovery.MIGDevice{
 			ParentIndex: g.Index, ParentUUID: g.UUID, Index: i,
 			GPUInstanceID: i + 1, ComputeInstanceID: 0,

@@ -123,7 +123,7 @@ func Load(nameOrPath string) (*RuleSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading rules file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: a close error loses nothing
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading rules file %s: %w", nameOrPath, err)
