@@ -40,9 +40,10 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("PublishThroughNFDMaster", c.testPublish)
+	t.Run("PublishWithoutMIG", c.testPublishWithoutMIG)
 	t.Run("KubeletAllocation", c.testKubelet)
 	t.Run("PoolsAndRulesEdits", c.testPools)
-	// t.Run("APIServerOutage", c.testOutage)
+	t.Run("APIServerOutage", c.testOutage)
 }
 
 // node registers a Node with extra labels, the way a kubelet would (plus
