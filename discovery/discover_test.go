@@ -1,6 +1,7 @@
 package discovery_test
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -221,5 +222,21 @@ func BenchmarkDiscover(b *testing.B) {
 		if inv.MIGDeviceCount() != 56 {
 			b.Fatalf("%d MIG devices, want 56", inv.MIGDeviceCount())
 		}
+	}
+}
+
+// TestFeaturesWithoutMIGHaveEmptyInstanceLists guards the NodeFeature API's
+// rule that instance lists are present: null elements are refused.
+func TestFeaturesWithoutMIGHaveEmptyInstanceLists(t *testing.T) {
+	_, inv := discoverNode(t, "dgx-h100")
+	data, err := json.Marshal(discovery.Features(inv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "null") {
+		t.Errorf("features of a node without MIG devices contain null: %s", data)
+	}
+	if !strings.Contains(string(data), `"nvidia.mig":{"elements":[]}`) {
+		t.Errorf("nvidia.mig is not an empty instance list: %s", data)
 	}
 }

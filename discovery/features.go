@@ -110,7 +110,8 @@ func Features(inv *Inventory) *nfdv1alpha1.Features {
 	f.Flags[FeatureCapabilities] = nfdv1alpha1.NewFlagFeatures(flags...)
 
 	gpus := make([]nfdv1alpha1.InstanceFeature, 0, len(inv.GPUs))
-	var migs []nfdv1alpha1.InstanceFeature
+	// Never nil: the API server refuses an instance feature with null elements.
+	migs := []nfdv1alpha1.InstanceFeature{}
 	for i := range inv.GPUs {
 		g := &inv.GPUs[i]
 		gpus = append(gpus, *nfdv1alpha1.NewInstanceFeature(GPUAttributes(inv, g)))

@@ -201,13 +201,6 @@ func (c *cluster) testPublish(t *testing.T) {
 
 // testPublishWithoutMIG publishes a node none of whose GPUs is in MIG mode.
 func (c *cluster) testPublishWithoutMIG(t *testing.T) {
-	// Known product bug: discovery.Features (discovery/features.go) gives
-	// nvidia.mig an InstanceFeatureSet with nil Elements when there is no
-	// MIG device; it is sent as "elements": null and the API server rejects
-	// the NodeFeature (spec.features.instances.nvidia.mig.elements: Required
-	// value), so such a node never gets its labels. Remove this skip with
-	// the fix.
-	t.Skip("NodeFeature of a node without MIG devices is rejected: nil nvidia.mig elements in discovery.Features")
 	node := c.node(t, "pub-dgx-h100", nil)
 	startAgent(t, agentSpec{
 		Node:       node,
