@@ -82,7 +82,7 @@ the command line wins.`,
 	fs := cmd.Flags()
 	f.src.addFlags(fs)
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "node this agent runs on (default $NODE_NAME)")
-	fs.StringVar(&f.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the NodeFeature object and Events (default $POD_NAMESPACE)")
+	fs.StringVar(&f.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the NodeFeature object (default $POD_NAMESPACE); Events about the Node go to the default namespace")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration when available)")
 	fs.StringVar(&f.rules, "rules", "", "rules file, or a builtin: none, single, mixed, per-model (default: none)")
 	fs.StringToStringVar(&f.nodeLabels, "node-labels", nil, "extra node labels (k=v,...) the rules' node selectors see")
