@@ -10,10 +10,8 @@
 #
 # Environment:
 #   FEATUREPLUG_CACHE       cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/featureplug)
-#   FEATUREPLUG_COMPONENTS  space-separated components to build, from
-#                           "etcd kube-apiserver nfd-master kubelet"
-#                           (default "etcd kube-apiserver nfd-master": what the
-#                           test harness starts; the kubelet is built on request)
+#   FEATUREPLUG_COMPONENTS  space-separated subset to build
+#                           (default "etcd kube-apiserver nfd-master kubelet")
 #
 # Each component is built with `go build` from a scratch Go module kept under
 # the cache directory (never in the clone), so the module proxy and the Go
@@ -32,8 +30,7 @@ SET_VERSION="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_nfd-${NFD_VERSION}"
 BIN_DIR="${CACHE_ROOT}/bin/${SET_VERSION}"
 SRC_DIR="${CACHE_ROOT}/src/${SET_VERSION}"
 ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet"
-DEFAULT_COMPONENTS="etcd kube-apiserver nfd-master"
-COMPONENTS=${FEATUREPLUG_COMPONENTS:-$DEFAULT_COMPONENTS}
+COMPONENTS=${FEATUREPLUG_COMPONENTS:-$ALL_COMPONENTS}
 
 # Staging modules replaced in k8s.io/kubernetes's own go.mod. sample-cli-plugin
 # and sample-controller are left out: the module proxy does not serve them and
@@ -82,10 +79,12 @@ done
 
 mkdir -p "$BIN_DIR" "$SRC_DIR"
 # One builder at a time: parallel test processes may all find a binary missing.
-exec 9>"$CACHE_ROOT/bin/.build.lock"
-if ! flock -n 9; then
-	log "another build holds $CACHE_ROOT/bin/.build.lock; waiting for it"
-	flock 9
+if command -v flock >/dev/null; then
+	exec 9>"$CACHE_ROOT/bin/.build.lock"
+	if ! flock -n 9; then
+		log "another build holds $CACHE_ROOT/bin/.build.lock; waiting for it"
+		flock 9
+	fi
 fi
 
 # Keep the Go environment of the caller (its GOCACHE, GOMODCACHE, CGO_CFLAGS)
@@ -94,7 +93,7 @@ export GOFLAGS="-mod=mod"
 export GOWORK=off
 export GO111MODULE=on
 
-# write_module DIR MODULE_PATH REQUIRE... -- REPLACE_LINES
+# write_module DIR GO_MOD_CONTENT writes a scratch module's go.mod.
 write_module() {
 	local dir=$1 content=$2
 	mkdir -p "$dir"
