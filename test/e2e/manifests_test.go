@@ -26,8 +26,8 @@ import (
 	"github.com/featureplug/featureplug/test/manifests/render"
 )
 
-// TestManifestsOnAPIServer applies the NodeFeature overlay to a real
-// kube-apiserver with server-side apply, then checks its admission policy
+// TestManifestsOnAPIServer applies the features.d and NodeFeature overlays
+// to a real kube-apiserver with server-side apply, then checks its admission policy
 // with service-account tokens bound to pods on two nodes: each agent may
 // write its own node's NodeFeature and not the other's.
 func TestManifestsOnAPIServer(t *testing.T) {
@@ -35,10 +35,6 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		t.Skip("starts etcd and kube-apiserver")
 	}
 	api := harness.StartAPIServer(t)
-	objs, err := render.Kustomize(filepath.Join(build.root, "manifests", "overlays", "nodefeature"))
-	if err != nil {
-		t.Fatalf("rendering the nodefeature overlay: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*waitTimeout)
 	defer cancel()
 	dyn, err := dynamic.NewForConfig(api.Config)
@@ -50,25 +46,33 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
-	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	// features-d first: the nodefeature overlay applied over it is what the
+	// admission-policy checks below run against.
+	for _, overlay := range []string{"features-d", "nodefeature"} {
+		objs, err := render.Kustomize(filepath.Join(build.root, "manifests", "overlays", overlay))
 		if err != nil {
-			t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
+			t.Fatalf("rendering the %s overlay: %v", overlay, err)
 		}
-		data, err := json.Marshal(o)
-		if err != nil {
-			t.Fatal(err)
+		for _, o := range objs {
+			gvk := o.GroupVersionKind()
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				t.Fatalf("%s overlay: %s %s: %v", overlay, gvk, o.GetName(), err)
+			}
+			data, err := json.Marshal(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+			if m.Scope.Name() == meta.RESTScopeNameNamespace {
+				ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+			}
+			if _, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "featureplug-e2e"}); err != nil {
+				t.Fatalf("%s overlay: server-side apply of %s %s/%s: %v", overlay, gvk.Kind, o.GetNamespace(), o.GetName(), err)
+			}
 		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-		}
-		if _, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "featureplug-e2e"}); err != nil {
-			t.Fatalf("server-side apply of %s %s/%s: %v", gvk.Kind, o.GetNamespace(), o.GetName(), err)
-		}
+		t.Logf("applied %d objects of the %s overlay with server-side apply", len(objs), overlay)
 	}
-	t.Logf("applied %d objects of the nodefeature overlay with server-side apply", len(objs))
 
 	const ns, sa = "featureplug", "featureplug"
 	nodes := []string{"policy-node-a", "policy-node-b"}
