@@ -217,12 +217,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	var src agent.GPUSource
-	if f.src.fakeNode != "" {
-		src, err = agent.OpenFake(f.src.fakeNode)
-	} else {
-		src, err = agent.OpenReal(discovery.NVMLOptions{LibraryPath: f.src.nvmlLibrary, DriverRoot: f.src.driverRoot}, f.src.sysfsRoot)
-	}
+	src, err := f.src.open()
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/pflag"
 
+	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
 )
@@ -43,37 +42,13 @@ func bundledNodeList() string {
 	return out
 }
 
-// gpuSource is an opened NVML: the real library or a fake node.
-type gpuSource struct {
-	lib   nvml.Interface
-	fake  *fakenode.Node // nil with the real library
-	close func()
-	flags sourceFlags
-}
-
-// openSource opens the NVML the flags select. The caller must call close.
-func (s sourceFlags) open() (*gpuSource, error) {
+// open opens the GPU source the flags select: a fake node or the real
+// NVML library. The caller must Close it.
+func (s sourceFlags) open() (agent.GPUSource, error) {
 	if s.fakeNode != "" {
-		node, err := fakenode.Open(s.fakeNode)
-		if err != nil {
-			return nil, err
-		}
-		lib := node.NVML()
-		if ret := lib.Init(); ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("initializing fake node %s: %s", node.Name(), ret.Error())
-		}
-		return &gpuSource{lib: lib, fake: node, close: func() { _ = lib.Shutdown() }, flags: s}, nil
+		return agent.OpenFake(s.fakeNode)
 	}
-	lib, closeFn, err := discovery.OpenNVML(discovery.NVMLOptions{LibraryPath: s.nvmlLibrary, DriverRoot: s.driverRoot})
-	if err != nil {
-		return nil, err
-	}
-	return &gpuSource{lib: lib, close: closeFn, flags: s}, nil
-}
-
-// discover reads the Inventory through the source.
-func (g *gpuSource) discover() (*discovery.Inventory, error) {
-	return discovery.Discover(g.lib, discovery.WithSysfsRoot(g.flags.sysfsRoot))
+	return agent.OpenReal(discovery.NVMLOptions{LibraryPath: s.nvmlLibrary, DriverRoot: s.driverRoot}, s.sysfsRoot)
 }
 
 // discoverInventory opens the source, reads the Inventory once and closes
@@ -86,6 +61,7 @@ func discoverInventory(ctx context.Context, s sourceFlags) (*discovery.Inventory
 	if err != nil {
 		return nil, err
 	}
-	defer src.close()
-	return src.discover()
+	defer src.Close()
+	inv, _, err := src.Discover()
+	return inv, err
 }
