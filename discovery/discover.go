@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,11 +53,33 @@ type readError struct {
 }
 
 func (e *readError) Error() string {
-	if e.device == "" {
-		return fmt.Sprintf("reading %s: %s", e.what, e.ret.Error())
+	where := e.what
+	if e.device != "" {
+		where += " of " + e.device
 	}
-	return fmt.Sprintf("reading %s of %s: %s", e.what, e.device, e.ret.Error())
+	if hint := returnHint(e.ret); hint != "" {
+		return fmt.Sprintf("reading %s: %s (%s)", where, hint, e.ret.Error())
+	}
+	return fmt.Sprintf("reading %s: %s", where, e.ret.Error())
 }
+
+// returnHint turns the NVML failures an operator can fix into one sentence
+// that says how; "" for the others.
+func returnHint(ret nvml.Return) string {
+	switch ret {
+	case nvml.ERROR_NO_PERMISSION:
+		return "NVML denied access; featureplug needs read-write access to /dev/nvidiactl and /dev/nvidia* (run it as root or privileged)"
+	case nvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		return "the NVML library does not match the loaded NVIDIA kernel driver; after a driver upgrade reload the nvidia kernel modules (or reboot), and mount the host's libnvidia-ml.so.1 rather than a copy of another version"
+	case nvml.ERROR_FUNCTION_NOT_FOUND:
+		return "the NVML library is older than this function; use the driver's own libnvidia-ml.so.1"
+	}
+	return ""
+}
+
+// lost reports whether NVML says the GPU fell off the bus or otherwise
+// became inaccessible.
+func lost(ret nvml.Return) bool { return ret == nvml.ERROR_GPU_IS_LOST }
 
 func (e *readError) Unwrap() error { return e.ret }
 
@@ -103,18 +126,35 @@ func (r *reader) inventory() (*Inventory, error) {
 	if err := check(ret, "device count", ""); err != nil {
 		return nil, err
 	}
-	handles := make([]nvml.Device, count)
-	inv.GPUs = make([]GPU, count)
+	handles := make([]nvml.Device, 0, count)
+	inv.GPUs = make([]GPU, 0, count)
 	for i := range count {
 		name := "GPU " + strconv.Itoa(i)
-		if handles[i], ret = r.lib.DeviceGetHandleByIndex(i); ret != nvml.SUCCESS {
+		h, ret := r.lib.DeviceGetHandleByIndex(i)
+		if lost(ret) {
+			inv.LostGPUs = append(inv.LostGPUs, i)
+			continue
+		}
+		if ret != nvml.SUCCESS {
 			return nil, check(ret, "device handle", name)
 		}
-		if err := r.gpu(handles[i], i, &inv.GPUs[i]); err != nil {
-			return nil, err
+		var g GPU
+		if err := r.gpu(h, i, &g); err != nil {
+			var re *readError
+			if !errors.As(err, &re) || !lost(re.ret) {
+				return nil, err
+			}
+			if g.UUID == "" {
+				// Lost before it could be named: it cannot be advertised.
+				inv.LostGPUs = append(inv.LostGPUs, i)
+				continue
+			}
+			g.Lost = true
 		}
+		handles = append(handles, h)
+		inv.GPUs = append(inv.GPUs, g)
 	}
-	links, err := r.links(handles, inv.GPUs)
+	links, err := r.links(handles, inv.GPUs, count)
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +165,8 @@ func (r *reader) inventory() (*Inventory, error) {
 func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 	dev := "GPU " + strconv.Itoa(index)
 	g.Index = index
+	// What a GPU lost midway keeps for the facts not read yet.
+	g.Minor, g.NUMANode, g.ComputeMode, g.Brand, g.Architecture = -1, NoNUMANode, Unknown, Unknown, Unknown
 	var ret nvml.Return
 
 	if g.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
@@ -260,72 +302,6 @@ func (r *reader) migDevices(parent nvml.Device, g *GPU) ([]MIGDevice, error) {
 		out = append(out, m)
 	}
 	return out, nil
-}
-
-// links builds the GPU link matrix: PCIe common ancestors for every pair,
-// and NVLink lane counts, both direct GPU-to-GPU lanes and lanes through a
-// shared NVSwitch (two GPUs that reach the same switch are connected by as
-// many lanes as the one with fewer lanes to it has).
-func (r *reader) links(handles []nvml.Device, gpus []GPU) (LinkMatrix, error) {
-	n := len(handles)
-	if n < 2 {
-		return nil, nil
-	}
-	byBus := make(map[string]int, n)
-	for i, g := range gpus {
-		byBus[g.PCIBusID] = i
-	}
-	direct := make([]map[int]int, n)      // peer index -> lanes
-	switches := make([]map[string]int, n) // switch bus ID -> lanes
-	for i, h := range handles {
-		direct[i], switches[i] = map[int]int{}, map[string]int{}
-		for l := range nvml.NVLINK_MAX_LINKS {
-			state, ret := h.GetNvLinkState(l)
-			if ret != nvml.SUCCESS {
-				if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT || ret == nvml.ERROR_FUNCTION_NOT_FOUND {
-					break // no (more) NVLinks on this GPU
-				}
-				return nil, check(ret, fmt.Sprintf("NVLink %d state", l), "GPU "+strconv.Itoa(i))
-			}
-			if state != nvml.FEATURE_ENABLED {
-				continue
-			}
-			remote, ret := h.GetNvLinkRemotePciInfo(l)
-			if ret != nvml.SUCCESS {
-				continue
-			}
-			bus := normalizeBusID(busIDString(remote.BusId[:]))
-			if peer, ok := byBus[bus]; ok {
-				direct[i][peer]++
-				continue
-			}
-			if kind, ret := h.GetNvLinkRemoteDeviceType(l); ret == nvml.SUCCESS && kind == nvml.NVLINK_DEVICE_TYPE_SWITCH {
-				switches[i][bus]++
-			}
-		}
-	}
-
-	m := make(LinkMatrix, n)
-	for i := range m {
-		m[i] = make([]Link, n)
-	}
-	for i := range n {
-		for j := i + 1; j < n; j++ {
-			level, ret := handles[i].GetTopologyCommonAncestor(handles[j])
-			if ok, err := optional(ret, "topology to GPU "+strconv.Itoa(j), "GPU "+strconv.Itoa(i)); err != nil {
-				return nil, err
-			} else if !ok {
-				level = -1
-			}
-			lanes := direct[i][j]
-			for sw, a := range switches[i] {
-				lanes += min(a, switches[j][sw])
-			}
-			link := Link{NVLinks: lanes, PCIe: pcieLevel(level)}
-			m[i][j], m[j][i] = link, link
-		}
-	}
-	return m, nil
 }
 
 func pcieLevel(l nvml.GpuTopologyLevel) PCIeLevel {

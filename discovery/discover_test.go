@@ -69,9 +69,24 @@ func TestDiscoverBundledNodes(t *testing.T) {
 		},
 		{
 			node: "dgx-h100", gpus: 8, migDevices: 0, product: "NVIDIA H100 80GB HBM3", family: "hopper", memoryMiB: 81559,
-			numa:         map[int]int{0: 0, 4: 1},
-			nvlinks:      map[[2]int]int{{0, 1}: 18, {2, 3}: 18, {4, 7}: 18, {0, 4}: 0, {3, 5}: 0},
-			pcie:         map[[2]int]discovery.PCIeLevel{{0, 4}: discovery.PCIeSystem},
+			numa: map[int]int{0: 0, 3: 0, 4: 1, 7: 1},
+			// NVSwitch all-to-all: NV18 between every pair.
+			nvlinks:      map[[2]int]int{{0, 1}: 18, {2, 3}: 18, {4, 7}: 18, {0, 4}: 18, {3, 5}: 18, {0, 7}: 18},
+			pcie:         map[[2]int]discovery.PCIeLevel{{0, 1}: discovery.PCIeNode, {0, 3}: discovery.PCIeNode, {0, 4}: discovery.PCIeSystem, {5, 6}: discovery.PCIeNode},
+			capabilities: []string{"mig", "mps", "nvlink"},
+		},
+		{
+			node: "hgx-b200", gpus: 8, migDevices: 0, product: "NVIDIA B200", family: "blackwell", memoryMiB: 183359,
+			numa:         map[int]int{0: 0, 3: 0, 4: 1, 7: 1},
+			nvlinks:      map[[2]int]int{{0, 1}: 18, {0, 7}: 18, {3, 4}: 18},
+			pcie:         map[[2]int]discovery.PCIeLevel{{0, 1}: discovery.PCIeSingle, {6, 7}: discovery.PCIeSingle, {1, 2}: discovery.PCIeNode, {3, 4}: discovery.PCIeSystem},
+			capabilities: []string{"mig", "mps", "nvlink"},
+		},
+		{
+			node: "h100-nvl", gpus: 4, migDevices: 0, product: "NVIDIA H100 NVL", family: "hopper", memoryMiB: 95830,
+			numa:         map[int]int{0: 0, 1: 0, 2: 1, 3: 1},
+			nvlinks:      map[[2]int]int{{0, 1}: 12, {2, 3}: 12, {0, 2}: 0, {1, 3}: 0},
+			pcie:         map[[2]int]discovery.PCIeLevel{{0, 1}: discovery.PCIeNode, {1, 2}: discovery.PCIeSystem},
 			capabilities: []string{"mig", "mps", "nvlink"},
 		},
 		{
@@ -177,7 +192,9 @@ func TestFeaturesOfBundledNode(t *testing.T) {
 	for k, want := range map[string]string{
 		"index": "0", "product": "NVIDIA A100-SXM4-40GB", "family": "ampere", "architecture": "Ampere",
 		"compute.major": "8", "compute.minor": "0", "memory": "40960", "mig.capable": "true", "mig.enabled": "true",
-		"mig.count": "4", "numa": "0", "pci.bus": "0000:07:00.0", "nvlinks": "84", "uuid": inv.GPUs[0].UUID,
+		"mig.count": "4", "numa": "0", "pci.bus": "0000:07:00.0", "uuid": inv.GPUs[0].UUID,
+		// 12 active NVLinks (all to the NVSwitches), reaching the 7 other GPUs.
+		"nvlinks": "12", "nvlink.peers": "7",
 	} {
 		if g0[k] != want {
 			t.Errorf("nvidia.gpu[0].%s = %q, want %q", k, g0[k], want)

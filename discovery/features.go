@@ -39,6 +39,7 @@ const (
 	AttrPCIBus       = "pci.bus"
 	AttrComputeMode  = "compute.mode"
 	AttrNVLinks      = "nvlinks"
+	AttrNVLinkPeers  = "nvlink.peers"
 )
 
 // Attribute names of the nvidia.mig instances (besides uuid, index and memory).
@@ -161,7 +162,8 @@ func GPUAttributes(inv *Inventory, g *GPU) map[string]string {
 		AttrNUMA:         strconv.Itoa(g.NUMANode),
 		AttrPCIBus:       g.PCIBusID,
 		AttrComputeMode:  g.ComputeMode,
-		AttrNVLinks:      strconv.Itoa(inv.Links.nvlinksOf(g.Index)),
+		AttrNVLinks:      strconv.Itoa(g.NVLinks),
+		AttrNVLinkPeers:  strconv.Itoa(inv.Links.nvlinkPeers(g.Index)),
 	}
 }
 
@@ -204,22 +206,22 @@ func (inv *Inventory) anyGPU(pred func(*GPU) bool) bool {
 
 func (m LinkMatrix) hasNVLink() bool {
 	for i := range m {
-		if m.nvlinksOf(i) > 0 {
+		if m.nvlinkPeers(i) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// nvlinksOf returns the total number of NVLink lanes from GPU i to its peers.
-func (m LinkMatrix) nvlinksOf(i int) int {
+// nvlinkPeers returns how many other GPUs GPU i reaches by NVLink.
+func (m LinkMatrix) nvlinkPeers(i int) int {
 	if i < 0 || i >= len(m) {
 		return 0
 	}
 	n := 0
 	for j, l := range m[i] {
-		if j != i {
-			n += l.NVLinks
+		if j != i && l.NVLinks > 0 {
+			n++
 		}
 	}
 	return n

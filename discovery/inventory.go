@@ -29,6 +29,10 @@ type Inventory struct {
 	GPUs []GPU `json:"gpus"`
 	// Links is the GPU-to-GPU link matrix, indexed by GPU index.
 	Links LinkMatrix `json:"links,omitempty"`
+	// LostGPUs are the NVML indexes of GPUs NVML reported lost
+	// (ERROR_GPU_IS_LOST) before discovery could read their UUID: they are
+	// not in GPUs and cannot be advertised.
+	LostGPUs []int `json:"lostGPUs,omitempty"`
 }
 
 // GPU is one physical GPU.
@@ -66,6 +70,13 @@ type GPU struct {
 	// MIGDevices are the GPU's MIG devices (only when MIGEnabled), ordered
 	// by GPU instance ID, then compute instance ID.
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+	// NVLinks is the number of the GPU's active NVLinks (18 on an H100 SXM
+	// of an HGX baseboard, 12 on a bridged H100 NVL, 0 without NVLink).
+	NVLinks int `json:"nvlinks,omitempty"`
+	// Lost is set when NVML reported the GPU lost (ERROR_GPU_IS_LOST)
+	// while discovery read it: the facts read before are kept, the rest are
+	// zero or Unknown, and the health watcher reports it unhealthy.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // MIGDevice is one MIG device: a compute instance inside a GPU instance.
@@ -129,7 +140,9 @@ type LinkMatrix [][]Link
 
 // Link describes the connection between two GPUs.
 type Link struct {
-	// NVLinks is the number of NVLink lanes that connect the two GPUs.
+	// NVLinks is the number of NVLink lanes that connect the two GPUs
+	// (nvidia-smi's NV<n>): direct lanes, or through an NVSwitch fabric the
+	// smaller of the two GPUs' link counts.
 	NVLinks int `json:"nvlinks,omitempty"`
 	// PCIe is the closest common PCIe ancestor.
 	PCIe PCIeLevel `json:"pcie,omitempty"`

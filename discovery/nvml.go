@@ -81,6 +81,15 @@ func OpenNVML(o NVMLOptions) (lib nvml.Interface, closeFn func(), err error) {
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
 		return nil, nil, ErrNoDriver
 	default:
-		return nil, nil, fmt.Errorf("initializing NVML from %s: %s", path, ret.Error())
+		return nil, nil, initError(path, ret)
 	}
+}
+
+// initError explains a failed nvmlInit: the failures an operator can fix
+// (permissions, a library that does not match the driver) in one sentence.
+func initError(path string, ret nvml.Return) error {
+	if hint := returnHint(ret); hint != "" {
+		return fmt.Errorf("initializing NVML from %s: %s (%s)", path, hint, ret.Error())
+	}
+	return fmt.Errorf("initializing NVML from %s: %s", path, ret.Error())
 }

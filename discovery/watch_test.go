@@ -2,10 +2,12 @@ package discovery_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/fakenode"
 )
 
 func TestHealthWatcher(t *testing.T) {
@@ -93,5 +95,135 @@ func TestHealthWatcherIgnoredSetIsConfigurable(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+// startWatcher runs a health watcher over node until the test ends.
+func startWatcher(t *testing.T, node *fakenode.Node, inv *discovery.Inventory, o discovery.HealthOptions) <-chan discovery.HealthEvent {
+	t.Helper()
+	w := discovery.NewHealthWatcher(node.NVML(), o)
+	events := make(chan discovery.HealthEvent, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, func() *discovery.Inventory { return inv }, events) }()
+	t.Cleanup(func() {
+		cancel()
+		// Wake a wait with a long timeout: the fake's events end it at once.
+		_ = node.InjectXID(0, 13)
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return events
+}
+
+func receive(t *testing.T, events <-chan discovery.HealthEvent) discovery.HealthEvent {
+	t.Helper()
+	select {
+	case ev := <-events:
+		ev.Time = time.Time{}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no health event")
+		return discovery.HealthEvent{}
+	}
+}
+
+// TestHealthWatcherStartupEvidence: the evidence NVML keeps across
+// processes (issue 12 finding 5) makes GPUs unhealthy when the watcher
+// starts, before any new event; healthy GPUs get no event.
+func TestHealthWatcherStartupEvidence(t *testing.T) {
+	node, inv := discoverNode(t, "testdata/evidence.yaml")
+	events := startWatcher(t, node, inv, discovery.HealthOptions{EvidenceInterval: -1})
+	uuid := func(i int) string { return inv.GPUs[i].UUID }
+	want := []discovery.HealthEvent{
+		{GPUUUID: uuid(0), Kind: discovery.EventRowRemapPending},
+		{GPUUUID: uuid(1), Kind: discovery.EventRowRemapFailure},
+		{GPUUUID: uuid(1), Kind: discovery.EventECCVolatileDoubleBit, Count: 2},
+		{GPUUUID: uuid(2), Kind: discovery.EventRetiredPagesPending},
+	}
+	for _, w := range want {
+		if got := receive(t, events); got != w {
+			t.Errorf("got %+v, want %+v", got, w)
+		}
+	}
+	// The next event is a new XID: nothing came for the healthy GPUs 3, 4.
+	if err := node.InjectXID(3, 79); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := receive(t, events), (discovery.HealthEvent{GPUUUID: uuid(3), Kind: discovery.EventXID, XID: 79}); got != w {
+		t.Errorf("got %+v, want %+v (no evidence event for healthy GPUs)", got, w)
+	}
+}
+
+// TestHealthWatcherEvidenceRepeats: evidence that lasts is reported again
+// every EvidenceInterval, so the GPU outlives the plugin's recovery period
+// unhealthy.
+func TestHealthWatcherEvidenceRepeats(t *testing.T) {
+	node, inv := discoverNode(t, "testdata/evidence.yaml")
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	events := startWatcher(t, node, inv, discovery.HealthOptions{EvidenceInterval: time.Minute, WaitTimeout: time.Millisecond, Now: clock})
+	for range 4 {
+		receive(t, events) // the start-up evidence
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	if got := receive(t, events); got.GPUUUID != inv.GPUs[0].UUID || got.Kind != discovery.EventRowRemapPending {
+		t.Errorf("after a minute got %+v, want GPU 0's row-remap-pending again", got)
+	}
+}
+
+// TestHealthEventLatencyIndependentOfWaitTimeout: with a 10 s wait timeout
+// an XID still reaches the watcher's output at once, as nvmlEventSetWait
+// wakes on an event on the real driver. Proven by ordering, not time: the
+// test waits for the event with a bound far below the wait timeout plus a
+// full wait; a watcher that only noticed events when a wait timed out
+// would deliver nothing before the whole 10 s wait ended.
+func TestHealthEventLatencyIndependentOfWaitTimeout(t *testing.T) {
+	node, inv := discoverNode(t, "dgx-h100")
+	events := startWatcher(t, node, inv, discovery.HealthOptions{WaitTimeout: time.Hour, EvidenceInterval: -1})
+	for i, xid := range []uint64{79, 48, 94} {
+		if err := node.InjectXID(i, xid); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-events:
+			if ev.XID != xid || ev.GPUUUID != inv.GPUs[i].UUID {
+				t.Fatalf("got %+v, want XID %d on GPU %d", ev, xid, i)
+			}
+		case <-time.After(time.Minute): // far below the one-hour wait
+			t.Fatalf("XID %d was not delivered while the watcher waited with a one-hour timeout", xid)
+		}
+	}
+}
+
+// BenchmarkHealthEventLatency measures XID injection -> HealthEvent on the
+// watcher's channel on the fake node, for two wait timeouts: the figure
+// must not depend on the timeout.
+func BenchmarkHealthEventLatency(b *testing.B) {
+	for _, timeout := range []time.Duration{100 * time.Millisecond, 10 * time.Second} {
+		b.Run("wait"+timeout.String(), func(b *testing.B) {
+			node, inv := discoverNode(b, "dgx-h100")
+			w := discovery.NewHealthWatcher(node.NVML(), discovery.HealthOptions{WaitTimeout: timeout, EvidenceInterval: -1})
+			events := make(chan discovery.HealthEvent)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx, func() *discovery.Inventory { return inv }, events) }()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := node.InjectXID(4, 79); err != nil {
+					b.Fatal(err)
+				}
+				<-events
+			}
+			cancel()
+			_ = node.InjectXID(0, 13)
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
 	}
 }

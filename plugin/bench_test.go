@@ -20,9 +20,12 @@ func replicaResource() rules.Resource {
 	}
 }
 
+// BenchmarkGetPreferredAllocation picks on the real DGX H100 topology
+// (bundled dgx-h100: NV18 all-to-all, NUMA preference).
 func BenchmarkGetPreferredAllocation(b *testing.B) {
-	gpuSet := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], nvlinkGroups(8, 4))
-	repSet := newDeviceSet(replicaResource(), nvlinkGroups(8, 4))
+	links := bundledLinks(b, "dgx-h100")
+	gpuSet := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], links)
+	repSet := newDeviceSet(replicaResource(), links)
 	all := gpuIDs(0, 1, 2, 3, 4, 5, 6, 7)
 	reps := allReplicas(8, 8)
 	cases := []struct {
@@ -50,7 +53,7 @@ func BenchmarkGetPreferredAllocation(b *testing.B) {
 		})
 	}
 	b.Run("grpc/gpus8/size4", func(b *testing.B) {
-		e := startEnv(b, DefaultOptions(), h100Plan("nvidia.com/gpu"))
+		e := startEnv(b, DefaultOptions(), dgxH100Plan(b, "nvidia.com/gpu"))
 		e.waitRegistered(1, "nvidia.com/gpu")
 		client, err := e.kubelet.Client("nvidia.com/gpu")
 		if err != nil {

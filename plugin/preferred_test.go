@@ -10,8 +10,36 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/fakenode"
 	"github.com/featureplug/featureplug/rules"
 )
+
+// bundledLinks is the link matrix featureplug discovers on a bundled fake
+// node; the plugin tests' GPU i (gpuDevice: NUMA node i/4) is its GPU i.
+func bundledLinks(t testing.TB, node string) discovery.LinkMatrix {
+	t.Helper()
+	n, err := fakenode.Named(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := discovery.Discover(n.NVML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range inv.GPUs {
+		if g.NUMANode != g.Index/4 {
+			t.Fatalf("%s: GPU %d on NUMA node %d; the plugin tests put it on %d", node, g.Index, g.NUMANode, g.Index/4)
+		}
+	}
+	return inv.Links
+}
+
+// dgxH100Plan is h100Plan on the real DGX H100 topology.
+func dgxH100Plan(t testing.TB, name string) *rules.Plan {
+	p := h100Plan(name)
+	p.Links = bundledLinks(t, "dgx-h100")
+	return p
+}
 
 // gpuIDs returns the UUIDs of GPUs idx.
 func gpuIDs(idx ...int) []string {
@@ -22,6 +50,24 @@ func gpuIDs(idx ...int) []string {
 	return out
 }
 
+// TestPreferredWholeGPUs picks on the real DGX H100 (bundled dgx-h100):
+// NVSwitch connects every pair by NV18, so NVLink prefers nothing; each GPU
+// sits behind its own PCIe switch, so a pair is NODE on one CPU socket and
+// SYS across. Scores (discovery.Link.Score: 100 per lane + 20 NODE, 10 SYS):
+// a same-socket pair 1820, a cross-socket pair 1810. Derivation per case:
+//
+//   - size 2 / 4 / 8: a set within one socket scores highest; lowest
+//     indexes first: {0,1}, {0,1,2,3}, all.
+//   - size 4 without 2 and 3: {4,5,6,7} = 6x1820 beats {0,1,4,5} =
+//     2x1820 + 4x1810.
+//   - size 2 from {3,4,5,6,7}: {4,5} (1820; with 3 only 1810).
+//   - must 5, size 2: a partner on socket 1, lowest: {4,5}; must 6, size 4:
+//     socket 1 whole.
+//   - must 3 and 4 (one per socket), size 3: any third GPU adds 1820+1810,
+//     always two NUMA nodes: lowest index, {0,3,4}. Must 7 and 0: {0,7}.
+//   - size 3 from {0,1,4,5,6}: {4,5,6} = 3x1820 beats {0,1,4} = 1820+2x1810.
+//   - size 5: {0,1,2,3,4} = 6x1820 + 4x1810 beats {0,1,2,4,5} = 4x1820 +
+//     6x1810.
 func TestPreferredWholeGPUs(t *testing.T) {
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	tests := []struct {
@@ -31,20 +77,62 @@ func TestPreferredWholeGPUs(t *testing.T) {
 		size      int
 		want      []int
 	}{
-		{"size 2 within a group", all, nil, 2, []int{0, 1}},
-		{"size 4 is a whole group", all, nil, 4, []int{0, 1, 2, 3}},
+		{"size 2 within a socket", all, nil, 2, []int{0, 1}},
+		{"size 4 is a whole socket", all, nil, 4, []int{0, 1, 2, 3}},
 		{"size 8 takes all", all, nil, 8, all},
-		{"size 4 when group 0 is partly used", []int{0, 1, 4, 5, 6, 7}, nil, 4, []int{4, 5, 6, 7}},
-		{"size 2 when group 0 has one left", []int{3, 4, 5, 6, 7}, nil, 2, []int{4, 5}},
-		{"must-include pulls its group", all, []int{5}, 2, []int{4, 5}},
+		{"size 4 when socket 0 is partly used", []int{0, 1, 4, 5, 6, 7}, nil, 4, []int{4, 5, 6, 7}},
+		{"size 2 when socket 0 has one left", []int{3, 4, 5, 6, 7}, nil, 2, []int{4, 5}},
+		{"must-include pulls its socket", all, []int{5}, 2, []int{4, 5}},
 		{"must-include in size 4", all, []int{6}, 4, []int{4, 5, 6, 7}},
-		{"must-include across groups", all, []int{3, 4}, 3, []int{0, 3, 4}},
+		{"must-include across sockets", all, []int{3, 4}, 3, []int{0, 3, 4}},
 		{"must-include fills the size", all, []int{7, 0}, 2, []int{0, 7}},
-		{"size 3 from two split groups prefers the group with three", []int{0, 1, 4, 5, 6}, nil, 3, []int{4, 5, 6}},
-		{"size 5 spans groups", all, nil, 5, []int{0, 1, 2, 3, 4}},
+		{"size 3 from two split sockets prefers the socket with three", []int{0, 1, 4, 5, 6}, nil, 3, []int{4, 5, 6}},
+		{"size 5 spans sockets", all, nil, 5, []int{0, 1, 2, 3, 4}},
 		{"duplicates in available are ignored", []int{6, 6, 7, 7}, nil, 2, []int{6, 7}},
 	}
-	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], nvlinkGroups(8, 4))
+	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], bundledLinks(t, "dgx-h100"))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ds.preferred(gpuIDs(tt.available...), gpuIDs(tt.must...), tt.size, ReplicasDistributed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := gpuIDs(tt.want...); !slices.Equal(got, want) {
+				t.Errorf("preferred = %v, want GPUs %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPreferredPCIePairs picks on an HGX B200 server (bundled hgx-b200):
+// NV18 between every pair as on the DGX H100, but GPUs 0-1, 2-3, 4-5 and
+// 6-7 share a PCIe switch (PIX, +50: 1850), other same-socket pairs are
+// NODE (1820), cross-socket pairs SYS (1810). Derivation per case:
+//
+//   - size 2: a PIX pair, lowest: {0,1}; without 0: {2,3} (1850) beats
+//     {1,2} (1820).
+//   - size 2 from {1,2,4,6}: no PIX pair left; same socket: {1,2} (1820).
+//   - size 4 without 1: {4,5,6,7} = 2x1850 + 4x1820 beats {0,2,3,x}
+//     (one PIX pair at most on socket 0).
+//   - must 3, size 2: its switch partner {2,3}.
+//   - size 3 from all: {0,1,x}: 1850 + 2x1820 with x = 2, the lowest.
+func TestPreferredPCIePairs(t *testing.T) {
+	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	tests := []struct {
+		name      string
+		available []int
+		must      []int
+		size      int
+		want      []int
+	}{
+		{"size 2 is a switch pair", all, nil, 2, []int{0, 1}},
+		{"size 2 without 0 is the next pair", all[1:], nil, 2, []int{2, 3}},
+		{"size 2 without pairs stays on a socket", []int{1, 2, 4, 6}, nil, 2, []int{1, 2}},
+		{"size 4 prefers two whole pairs", []int{0, 2, 3, 4, 5, 6, 7}, nil, 4, []int{4, 5, 6, 7}},
+		{"must-include takes its switch partner", all, []int{3}, 2, []int{2, 3}},
+		{"size 3 is a pair and a neighbour", all, nil, 3, []int{0, 1, 2}},
+	}
+	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], bundledLinks(t, "hgx-b200"))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ds.preferred(gpuIDs(tt.available...), gpuIDs(tt.must...), tt.size, ReplicasDistributed)
@@ -126,7 +214,7 @@ func TestPreferredLargeNodeUsesGreedy(t *testing.T) {
 }
 
 func TestPreferredErrors(t *testing.T) {
-	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], nvlinkGroups(8, 4))
+	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], bundledLinks(t, "dgx-h100"))
 	tests := []struct {
 		name            string
 		available, must []string
@@ -215,8 +303,10 @@ func TestPreferredReplicas(t *testing.T) {
 	}
 }
 
+// TestPreferredOverGRPC asks over the socket on the real DGX H100 topology
+// (picks derived in TestPreferredWholeGPUs).
 func TestPreferredOverGRPC(t *testing.T) {
-	e := startEnv(t, DefaultOptions(), h100Plan("nvidia.com/gpu"))
+	e := startEnv(t, DefaultOptions(), dgxH100Plan(t, "nvidia.com/gpu"))
 	e.waitRegistered(1, "nvidia.com/gpu")
 	all := gpuIDs(0, 1, 2, 3, 4, 5, 6, 7)
 	for _, tt := range []struct {

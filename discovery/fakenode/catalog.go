@@ -32,7 +32,26 @@ type product struct {
 	switchPCIDeviceID uint32
 	// mig holds the GPU instance profiles; nil means not MIG capable.
 	mig []*migProfile
+	// memoryErrors is how the product's memory recovers from uncorrectable
+	// errors: row remapping (HBM parts from Ampere on) or page retirement
+	// (earlier and GDDR parts). It decides which NVML evidence queries the
+	// fake answers and which health fields a fake node file may set.
+	memoryErrors memoryRecovery
 }
+
+// memoryRecovery names a GPU's mechanism against bad memory rows or pages.
+type memoryRecovery int
+
+const (
+	// rowRemapping: nvmlDeviceGetRemappedRows answers, page retirement is
+	// NOT_SUPPORTED (NVIDIA's "GPU Memory Error Management" guide: A100 and
+	// later HBM GPUs remap rows instead of retiring pages).
+	rowRemapping memoryRecovery = iota
+	// pageRetirement: nvmlDeviceGetRetiredPagesPendingStatus answers, row
+	// remapping is NOT_SUPPORTED (*unverified* for the Ada GDDR6 parts L4
+	// and L40S: their nvidia-smi -q listings show "Retired Pages").
+	pageRetirement
+)
 
 // engines counts the engines of a GPU instance profile.
 type engines struct {
@@ -160,26 +179,63 @@ func hopperEngines() [7]engines {
 	}
 }
 
+// blackwellEngines are the B200 engines per profile: the 1g, 1g+me, 1g
+// wide and 2g rows from the real B200 `nvidia-smi mig -lgip` listings in
+// NVIDIA/mig-parted#166 and #187; the 3g, 4g and 7g rows are *unverified*
+// (extrapolated: one decoder and JPEG per slice, two copy engines per
+// slice, one OFA on 7g).
+func blackwellEngines() [7]engines {
+	return [7]engines{
+		{copy: 2, decoder: 1, jpeg: 1},
+		{copy: 2, decoder: 1, jpeg: 1, ofa: 1},
+		{copy: 2, decoder: 1, jpeg: 1},
+		{copy: 4, decoder: 2, jpeg: 2},
+		{copy: 6, decoder: 3, jpeg: 3},
+		{copy: 8, decoder: 4, jpeg: 4},
+		{copy: 14, decoder: 7, jpeg: 7, ofa: 1},
+	}
+}
+
 // PCI device IDs of the NVSwitch generations (device << 16 | vendor).
 const (
 	nvswitchGen2 = 0x1AF110DE // DGX A100 / HGX A100 baseboards
 	nvswitchGen3 = 0x22A310DE // DGX H100 / HGX H100 and H200 baseboards
+	// nvswitchGen4 is the NVLink 5 switch of HGX B200 baseboards.
+	// *unverified*: no public lspci listing found; a placeholder ID.
+	nvswitchGen4 = 0x2B0010DE
 )
 
-// catalog is the product catalog, sorted by key. Figures come from the
-// project's gpu-catalog notes (NVIDIA's MIG user guide, mig-parted defaults
-// and real `nvidia-smi mig -lgip` listings); memory sizes are chosen so that
-// go-nvlib derives the canonical MIG profile names from them.
+// catalog is the product catalog, sorted by key. Every figure names its
+// public source; figures marked *unverified* are extrapolations to check on
+// a real GPU (test/realgpu). Sources:
+//
+//   - [MIG guide]: NVIDIA's MIG user guide, "Supported MIG Profiles" tables
+//     (profile names, instance limits, placements, engines).
+//   - [mig-parted]: NVIDIA/mig-parted's default config (device IDs and the
+//     profile names and counts per device).
+//   - [lgip]: real `nvidia-smi mig -lgip` listings quoted in public issues
+//     (H200: NVIDIA/mig-parted#120; B200: NVIDIA/mig-parted#166 and #187,
+//     NVIDIA/gpu-operator#1351), which give memory in GiB and SM counts.
+//   - [go-nvml mock]: go-nvml's dgxa100 mock, whose A100 figures match real
+//     listings.
+//   - [brief]: NVIDIA's product briefs and datasheets (memory, SMs, NVLink
+//     links per GPU: A100 12 x NVLink 3, H100/H200 18 x NVLink 4, B200 18 x
+//     NVLink 5, H100 NVL pairs bridged by three NVLink bridges = 12 links).
+//
+// Memory sizes are those go-nvlib needs to derive the canonical MIG profile
+// names from (its rule: the MIG fraction of the GPU rounded up to eighths,
+// times the GPU's memory in whole GiB, rounded).
 type catalog struct {
 	products []*product
 }
 
 // newCatalog builds the catalog.
 func newCatalog() *catalog {
-	a100SMs := [7]int{14, 14, 14, 28, 42, 56, 98}
-	hopperSMs := [7]int{16, 16, 26, 32, 60, 64, 132}
+	a100SMs := [7]int{14, 14, 14, 28, 42, 56, 98}    // [go-nvml mock]
+	hopperSMs := [7]int{16, 16, 26, 32, 60, 64, 132} // [lgip] H200; *unverified* for H100 SXM and H100 NVL
 	products := []*product{
 		{
+			// [go-nvml mock], [MIG guide]; 108 SMs [brief].
 			key: "A100-SXM4-40GB", name: "NVIDIA A100-SXM4-40GB", pciDeviceID: 0x20B010DE,
 			arch: nvml.DEVICE_ARCH_AMPERE, brand: nvml.BRAND_NVIDIA, ccMajor: 8, ccMinor: 0,
 			memoryMiB: 40960, sms: 108, nvlinkLanes: 12, nvswitches: 6, switchPCIDeviceID: nvswitchGen2,
@@ -191,6 +247,7 @@ func newCatalog() *catalog {
 			}.profiles(),
 		},
 		{
+			// [go-nvml mock], [MIG guide]; 2g.20gb also in a real listing (XuehaiPan/nvitop#8).
 			key: "A100-SXM4-80GB", name: "NVIDIA A100-SXM4-80GB", pciDeviceID: 0x20B210DE,
 			arch: nvml.DEVICE_ARCH_AMPERE, brand: nvml.BRAND_NVIDIA, ccMajor: 8, ccMinor: 0,
 			memoryMiB: 81920, sms: 108, nvlinkLanes: 12, nvswitches: 6, switchPCIDeviceID: nvswitchGen2,
@@ -202,6 +259,9 @@ func newCatalog() *catalog {
 			}.profiles(),
 		},
 		{
+			// Names and counts [mig-parted]; total 81559 MiB as nvidia-smi
+			// lists an H100 SXM5 80GB; per-profile memory *unverified*
+			// (prototype catalog), SMs *unverified* (the H200 pattern).
 			key: "H100-80GB-HBM3", name: "NVIDIA H100 80GB HBM3", pciDeviceID: 0x233010DE,
 			arch: nvml.DEVICE_ARCH_HOPPER, brand: nvml.BRAND_NVIDIA, ccMajor: 9, ccMinor: 0,
 			memoryMiB: 81559, sms: 132, nvlinkLanes: 18, nvswitches: 4, switchPCIDeviceID: nvswitchGen3,
@@ -213,6 +273,23 @@ func newCatalog() *catalog {
 			}.profiles(),
 		},
 		{
+			// H100 NVL (PCIe card, 94 GB HBM3, pairs bridged by three
+			// NVLink bridges: NV12) [brief]; PCI ID 0x2321 and profile
+			// names 1g.12gb ... 7g.94gb [mig-parted]. Total memory 95830
+			// MiB and every per-profile figure *unverified* (the H100 SXM
+			// figures scaled by 94/80, rounded to 128 MiB).
+			key: "H100-NVL", name: "NVIDIA H100 NVL", pciDeviceID: 0x232110DE,
+			arch: nvml.DEVICE_ARCH_HOPPER, brand: nvml.BRAND_NVIDIA, ccMajor: 9, ccMinor: 0,
+			memoryMiB: 95830, sms: 132, nvlinkLanes: 18,
+			mig: migTable{
+				names:   [7]string{"1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"},
+				memory:  [7]uint64{11776, 11776, 23552, 23552, 47360, 47360, 95232},
+				sms:     hopperSMs,
+				engines: hopperEngines(),
+			}.profiles(),
+		},
+		{
+			// [lgip] NVIDIA/mig-parted#120 (every figure), total 143771 MiB.
 			key: "H200-141GB", name: "NVIDIA H200", pciDeviceID: 0x233510DE,
 			arch: nvml.DEVICE_ARCH_HOPPER, brand: nvml.BRAND_NVIDIA, ccMajor: 9, ccMinor: 0,
 			memoryMiB: 143771, sms: 132, nvlinkLanes: 18, nvswitches: 4, switchPCIDeviceID: nvswitchGen3,
@@ -224,10 +301,39 @@ func newCatalog() *catalog {
 			}.profiles(),
 		},
 		{
-			// A PCIe card without MIG or NVLink, for workstation-like nodes.
+			// B200 (HGX B200 baseboard, 18 x NVLink 5 through two NVLink
+			// 5 switch chips [brief]); PCI ID 0x2901 and names [mig-parted].
+			// [lgip] NVIDIA/mig-parted#187: 1g.23gb 20.50 GiB (20992 MiB)
+			// 18 SMs, 1g.45gb 44.25 GiB (45312 MiB) 30 SMs, 2g.45gb 36 SMs.
+			// *unverified*: total 183359 MiB (as nvidia-smi lists a B200;
+			// go-nvlib needs 179-180 GiB for these names), 148 SMs, and
+			// the 3g/4g/7g memory (88.00 / 88.00 / 178.50 GiB) and SMs
+			// (54 / 72 / 148).
+			key: "B200", name: "NVIDIA B200", pciDeviceID: 0x290110DE,
+			arch: nvml.DEVICE_ARCH_BLACKWELL, brand: nvml.BRAND_NVIDIA, ccMajor: 10, ccMinor: 0,
+			memoryMiB: 183359, sms: 148, nvlinkLanes: 18, nvswitches: 2, switchPCIDeviceID: nvswitchGen4,
+			mig: migTable{
+				names:   [7]string{"1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"},
+				memory:  [7]uint64{20992, 20992, 45312, 45312, 90112, 90112, 182784},
+				sms:     [7]int{18, 18, 30, 36, 54, 72, 148},
+				engines: blackwellEngines(),
+			}.profiles(),
+		},
+		{
+			// A PCIe card without MIG or NVLink, for workstation-like
+			// nodes. PCI ID 0x27B8, 58 SMs [brief]; 23034 MiB as nvidia-smi
+			// lists it (*unverified*).
 			key: "L4", name: "NVIDIA L4", pciDeviceID: 0x27B810DE,
 			arch: nvml.DEVICE_ARCH_ADA, brand: nvml.BRAND_NVIDIA, ccMajor: 8, ccMinor: 9,
-			memoryMiB: 23034, sms: 58,
+			memoryMiB: 23034, sms: 58, memoryErrors: pageRetirement,
+		},
+		{
+			// L40S: PCIe, 48 GB GDDR6 with ECC, 142 SMs, no MIG, no NVLink
+			// [brief]; PCI ID 0x26B9; 46068 MiB as nvidia-smi lists it
+			// (*unverified*).
+			key: "L40S", name: "NVIDIA L40S", pciDeviceID: 0x26B910DE,
+			arch: nvml.DEVICE_ARCH_ADA, brand: nvml.BRAND_NVIDIA, ccMajor: 8, ccMinor: 9,
+			memoryMiB: 46068, sms: 142, memoryErrors: pageRetirement,
 		},
 	}
 	slices.SortFunc(products, func(a, b *product) int { return strings.Compare(a.key, b.key) })

@@ -22,6 +22,11 @@
 //	  - product: A100-SXM4-40GB
 //	    count: 4
 //	    numa: 1
+//	    health:                 # optional evidence of earlier failures NVML keeps
+//	      rowRemapPending: true # GetRemappedRows isPending (row-remapping products)
+//	      rowRemapFailed: false # GetRemappedRows failureOccurred
+//	      retiredPagesPending: false # GetRetiredPagesPendingStatus (page-retiring products: L4, L40S)
+//	      volatileDoubleBitErrors: 2 # GetTotalEccErrors(UNCORRECTED, VOLATILE_ECC)
 //	nvlink:                     # optional NVLink groups
 //	  - gpus: [0, 1, 2, 3, 4, 5, 6, 7]
 //	    links: 12               # lanes between every pair of the group
@@ -39,18 +44,31 @@
 //
 // Without an nvlink group, GPUs have no NVLink lanes connected. A direct
 // group (nvswitch false) spends links lanes per peer, so it must fit the
-// product's lanes (12 on A100, 18 on H100/H200); DGX-like full meshes use
-// nvswitch: true. Without a pcie group, two GPUs on the same NUMA node share
-// a NODE ancestor, others SYS.
+// product's lanes (12 on A100, 18 on H100/H200/B200); DGX/HGX baseboards
+// use nvswitch: true, and a node has at most one such group (one NVSwitch
+// fabric, as on every real baseboard). Without a pcie group, two GPUs on
+// the same NUMA node share a NODE ancestor, others SYS. Health evidence
+// must match the product's memory: row remapping on A100, H100, H100 NVL,
+// H200 and B200, page retirement on L4 and L40S.
 //
 // # Catalog
 //
-// A100-SXM4-40GB, A100-SXM4-80GB, H100-80GB-HBM3 and H200-141GB (MIG capable,
-// NVLink) and L4 (PCIe only, no MIG), with the MIG profiles, instance limits,
-// placements, memory sizes, SM and engine counts of NVIDIA's MIG user guide
-// and real `nvidia-smi mig -lgip` listings. Memory sizes are those go-nvlib
-// needs to derive the canonical profile names (1g.5gb ... 7g.40gb on an A100
-// 40GB, 1g.18gb ... 7g.141gb on an H200).
+// A100-SXM4-40GB, A100-SXM4-80GB, H100-80GB-HBM3, H100-NVL, H200-141GB and
+// B200 (MIG capable, NVLink) and L4 and L40S (PCIe only, no MIG), with the
+// MIG profiles, instance limits, placements, memory sizes, SM and engine
+// counts of NVIDIA's MIG user guide and real `nvidia-smi mig -lgip`
+// listings; catalog.go names the source of every figure and marks the
+// unverified ones. Memory sizes are those go-nvlib needs to derive the
+// canonical profile names (1g.5gb ... 7g.40gb on an A100 40GB, 1g.18gb ...
+// 7g.141gb on an H200, 1g.23gb ... 7g.180gb on a B200).
+//
+// # Bundled nodes
+//
+// dgx-a100, dgx-h100 (NVSwitch all-to-all NV18, each GPU behind its own
+// PCIe switch, two NUMA nodes), hgx-b200 (NV18 all-to-all, GPU pairs behind
+// PCIe switches), h100-nvl (two NVLink-bridged pairs, NV12), h200-mig,
+// a100-80gb-mixed, l40s-pcie and workstation (one L4); each file's comment
+// says which real machine it models and from what source.
 //
 // # What the NVML answers
 //
@@ -64,8 +82,11 @@
 // The fake implements identity, memory, PCI, NUMA, compute mode, MIG mode and
 // MIG management (GPU and compute instance profiles, placements, creation
 // with capacity enforced, destruction), MIG device handles and attributes,
-// topology and NVLink (lanes to peer GPUs or to NVSwitches), and events
-// (EventSetCreate, RegisterEvents, EventSet.Wait and Free). Every other method
+// topology and NVLink (lanes to peer GPUs or to NVSwitches, link states
+// also through GetFieldValues with FI_DEV_NVLINK_GET_STATE and
+// FI_DEV_NVLINK_LINK_COUNT), failure evidence (GetRetiredPagesPendingStatus,
+// GetRemappedRows, GetTotalEccErrors), and events (EventSetCreate,
+// RegisterEvents, EventSet.Wait and Free). Every other method
 // of nvml.Interface, nvml.Device, nvml.GpuInstance, nvml.ComputeInstance and
 // nvml.EventSet returns ERROR_NOT_SUPPORTED with zero values. The library's
 // handle-first functions (DeviceGetName(device), GpuInstanceGetInfo(gi),
@@ -84,7 +105,11 @@
 // # Events
 //
 // Node.InjectXID, InjectMIGXID and InjectECCDoubleBit queue an event on every
-// event set registered for that type on the GPU. The event comes from the
+// event set registered for that type on the GPU. EventSet.Wait returns as
+// soon as an event is queued, whatever its timeout, as nvmlEventSetWait
+// does on the real driver (NVIDIA's own fake NVML library hands a pending
+// event over only when a wait times out, which adds up to one timeout of
+// latency there). The event comes from the
 // physical GPU's handle, with GpuInstanceId and ComputeInstanceId naming the
 // MIG device, or 0xFFFFFFFF when it names none. Unlike real hardware, an
 // event injected while no set listens for it is kept for the first set that

@@ -158,6 +158,8 @@ type gpu struct {
 	lanes []lane
 	// topology is the common PCIe ancestor with every other GPU, by index.
 	topology []nvml.GpuTopologyLevel
+	// health is the failure evidence NVML reports for the GPU.
+	health HealthSpec
 
 	// Guarded by node.mu:
 	migEnabled bool
@@ -182,7 +184,7 @@ func build(spec *Spec, l *layout) (*Node, error) {
 		g := &gpu{
 			node: n, index: i, product: gl.product, uuid: gpuUUID(l.name, i),
 			addr: gpuAddress(i), numa: gl.numa, migEnabled: gl.migEnabled,
-			events: map[*eventSet]uint64{},
+			health: gl.health, events: map[*eventSet]uint64{},
 		}
 		g.handle = newGPUHandle(g)
 		n.gpus = append(n.gpus, g)

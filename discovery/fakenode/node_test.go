@@ -89,6 +89,10 @@ func TestBundledNodes(t *testing.T) {
 		"h200-mig":        {2, "NVIDIA H200", "Hopper", "9.0", 143771, []int{0, 0}, [][]string{balanced, balanced}},
 		"a100-80gb-mixed": {2, "NVIDIA A100-SXM4-80GB", "Ampere", "8.0", 81920, []int{0, 0}, [][]string{{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb+me"}, nil}},
 		"workstation":     {1, "NVIDIA L4", "Ada Lovelace", "8.9", 23034, []int{0}, [][]string{nil}},
+		"hgx-b200": {8, "NVIDIA B200", "Blackwell", "10.0", 183359, []int{0, 0, 0, 0, 1, 1, 1, 1},
+			make([][]string, 8)},
+		"l40s-pcie": {4, "NVIDIA L40S", "Ada Lovelace", "8.9", 46068, []int{0, 0, 1, 1}, make([][]string, 4)},
+		"h100-nvl":  {4, "NVIDIA H100 NVL", "Hopper", "9.0", 95830, []int{0, 0, 1, 1}, make([][]string, 4)},
 	}
 	names := fakenode.BundledNames()
 	if !slices.IsSorted(names) || len(names) != len(tests) {

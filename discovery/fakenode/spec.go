@@ -44,6 +44,8 @@ type GPUSpec struct {
 	// MIG is the MIG layout. MIG mode is enabled when the file has a mig
 	// key, even an empty one.
 	MIG []MIGSpec `json:"mig,omitempty"`
+	// Health is the evidence of past failures NVML keeps across processes.
+	Health *HealthSpec `json:"health,omitempty"`
 	// MIGEnabled is set when the entry has a mig key.
 	MIGEnabled bool `json:"-"`
 }
@@ -60,6 +62,27 @@ func (g *GPUSpec) UnmarshalJSON(data []byte) error {
 	}
 	_, g.MIGEnabled = keys["mig"]
 	return nil
+}
+
+// HealthSpec is what NVML reports about a GPU's past memory failures: the
+// evidence the driver keeps across processes (until the GPU is reset), which
+// the health watcher reads at start-up.
+type HealthSpec struct {
+	// RetiredPagesPending: pages were retired and await a GPU reset
+	// (nvmlDeviceGetRetiredPagesPendingStatus answers FEATURE_ENABLED).
+	// Only products with page retirement (L4, L40S).
+	RetiredPagesPending bool `json:"retiredPagesPending,omitempty"`
+	// RowRemapPending: rows were remapped and await a GPU reset
+	// (nvmlDeviceGetRemappedRows: isPending). Only products with row
+	// remapping (A100, H100, H200, B200).
+	RowRemapPending bool `json:"rowRemapPending,omitempty"`
+	// RowRemapFailed: a row remapping failed (nvmlDeviceGetRemappedRows:
+	// failureOccurred). Only products with row remapping.
+	RowRemapFailed bool `json:"rowRemapFailed,omitempty"`
+	// VolatileDoubleBitErrors is the volatile (since the last driver load)
+	// uncorrectable ECC error count (nvmlDeviceGetTotalEccErrors with
+	// MEMORY_ERROR_TYPE_UNCORRECTED, VOLATILE_ECC).
+	VolatileDoubleBitErrors *int `json:"volatileDoubleBitErrors,omitempty"`
 }
 
 // MIGSpec is one GPU instance (or Count identical ones) of a MIG layout.

@@ -18,7 +18,7 @@ func TestBadFiles(t *testing.T) {
 		file string
 		want string // the whole message, after "testdata/bad/<file>: "
 	}{
-		{"unknown-product.yaml", `gpus[2].product: "B300" is not a known product (known products: A100-SXM4-40GB, A100-SXM4-80GB, H100-80GB-HBM3, H200-141GB, L4)`},
+		{"unknown-product.yaml", `gpus[2].product: "B300" is not a known product (known products: A100-SXM4-40GB, A100-SXM4-80GB, B200, H100-80GB-HBM3, H100-NVL, H200-141GB, L4, L40S)`},
 		{"unknown-profile.yaml", `gpus[0].mig[1].profile: "2g.99gb" is not a MIG profile of A100-SXM4-40GB (have 1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb)`},
 		{"too-many-instances.yaml", `gpus[0].mig[1]: GPU 0 (A100-SXM4-40GB): 8 instances of 1g.5gb, a GPU holds at most 7`},
 		{"too-many-slices.yaml", `gpus[0].mig: GPUs 0-1 (H200-141GB): the layout needs 8 compute slices, a GPU has 7`},
@@ -39,6 +39,12 @@ func TestBadFiles(t *testing.T) {
 		{"nvlink-no-nvlink.yaml", "nvlink[0].gpus[0]: GPU 0 (L4) has no NVLink\n" +
 			"testdata/bad/nvlink-no-nvlink.yaml: nvlink[0].gpus[1]: GPU 1 (L4) has no NVLink"},
 		{"nvswitch-mixed-products.yaml", `nvlink[0].gpus[1]: GPU 1 (H200-141GB) differs from GPU 0 (H100-80GB-HBM3); an NVSwitch group needs one product`},
+		{"nvswitch-two-fabrics.yaml", `nvlink[1].nvswitch: nvlink[0] already connects GPUs through NVSwitches; a node has one NVSwitch fabric (as every HGX/DGX baseboard): list all its GPUs in one group`},
+		{"health-unknown-field.yaml", `gpus[0].health.rowRemapPendng: unknown field (known: retiredPagesPending, rowRemapFailed, rowRemapPending, volatileDoubleBitErrors)`},
+		{"health-retired-pages-on-hbm.yaml", `gpus[1].health.retiredPagesPending: H100-80GB-HBM3 retires no pages (it remaps rows); use rowRemapPending`},
+		{"health-row-remap-on-gddr.yaml", `gpus[0].health.rowRemapPending: L40S remaps no rows (it retires pages); use retiredPagesPending`},
+		{"health-negative-ecc.yaml", `gpus[0].health.volatileDoubleBitErrors: -2 is out of range (0-1048576)`},
+		{"health-not-bool.yaml", `gpus[0].health.rowRemapFailed: must be true or false, not "yes"`},
 		{"pcie-bad-level.yaml", `pcie[0].level: "PCIE" is not a PCIe level (have PIX, PXB, PHB, NODE, SYS)`},
 		{"bad-name.yaml", `name: "DGX_A100" is not a valid node name: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`},
 		{"missing-fields.yaml", "name: is required\n" +
@@ -80,7 +86,7 @@ func TestBadFiles(t *testing.T) {
 // TestParseSourceName checks that Parse names the source it is given.
 func TestParseSourceName(t *testing.T) {
 	_, err := fakenode.Parse("inline.yaml", []byte("name: x\ndriverVersion: \"1.2\"\ncudaVersion: \"12.8\"\ngpus:\n  - product: B300\n"))
-	want := `inline.yaml: gpus[0].product: "B300" is not a known product (known products: A100-SXM4-40GB, A100-SXM4-80GB, H100-80GB-HBM3, H200-141GB, L4)`
+	want := `inline.yaml: gpus[0].product: "B300" is not a known product (known products: A100-SXM4-40GB, A100-SXM4-80GB, B200, H100-80GB-HBM3, H100-NVL, H200-141GB, L4, L40S)`
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
 	}
@@ -94,7 +100,7 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Fatalf("got %v, want a not-exist error", err)
 	}
 	_, err = fakenode.Open("no-such-node")
-	want := `fake node "no-such-node" is neither a bundled node (a100-80gb-mixed, dgx-a100, dgx-h100, h200-mig, workstation) nor a file: reading fake node file: open no-such-node: no such file or directory`
+	want := `fake node "no-such-node" is neither a bundled node (a100-80gb-mixed, dgx-a100, dgx-h100, h100-nvl, h200-mig, hgx-b200, l40s-pcie, workstation) nor a file: reading fake node file: open no-such-node: no such file or directory`
 	if err == nil || err.Error() != want {
 		t.Errorf("Open: got %v, want %s", err, want)
 	}

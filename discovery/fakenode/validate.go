@@ -17,6 +17,8 @@ const (
 	maxGPUs = 16
 	// maxNUMANode is the highest NUMA node a GPU may sit on.
 	maxNUMANode = 63
+	// maxECCCount bounds health.volatileDoubleBitErrors.
+	maxECCCount = 1 << 20
 )
 
 var (
@@ -44,6 +46,7 @@ type gpuLayout struct {
 	numa       int // -1: not reported
 	migEnabled bool
 	gis        []giLayout
+	health     HealthSpec
 }
 
 // giLayout is one GPU instance of a layout, with its placement chosen.
@@ -145,14 +148,38 @@ func (v *validator) gpuEntry(i int, g *GPUSpec, first int) []gpuLayout {
 			gis = v.migLayout(path, g.MIG, p, first, count)
 		}
 	}
+	var health HealthSpec
+	if g.Health != nil {
+		health = v.health(path+".health", g.Health, p)
+	}
 	if len(v.errs) > before {
 		return nil
 	}
 	out := make([]gpuLayout, count)
 	for k := range out {
-		out[k] = gpuLayout{product: p, numa: numa, migEnabled: g.MIGEnabled, gis: gis}
+		out[k] = gpuLayout{product: p, numa: numa, migEnabled: g.MIGEnabled, gis: gis, health: health}
 	}
 	return out
+}
+
+// health validates a GPU's failure evidence against what its product's
+// memory supports.
+func (v *validator) health(path string, h *HealthSpec, p *product) HealthSpec {
+	if h.RetiredPagesPending && p.memoryErrors != pageRetirement {
+		v.fail(path+".retiredPagesPending", "%s retires no pages (it remaps rows); use rowRemapPending", p.key)
+	}
+	if p.memoryErrors != rowRemapping {
+		if h.RowRemapPending {
+			v.fail(path+".rowRemapPending", "%s remaps no rows (it retires pages); use retiredPagesPending", p.key)
+		}
+		if h.RowRemapFailed {
+			v.fail(path+".rowRemapFailed", "%s remaps no rows (it retires pages)", p.key)
+		}
+	}
+	if n := h.VolatileDoubleBitErrors; n != nil && (*n < 0 || *n > maxECCCount) {
+		v.fail(path+".volatileDoubleBitErrors", "%d is out of range (0-%d)", *n, maxECCCount)
+	}
+	return *h
 }
 
 // giRequest is one GPU instance a MIG layout asks for.
@@ -364,8 +391,16 @@ func slotMask(start, size int) uint {
 // nvlink validates the NVLink groups against the GPUs' lanes.
 func (v *validator) nvlink(groups []NVLinkSpec, gpus []gpuLayout) {
 	lanes := make([]int, len(gpus))
+	fabric := -1 // the nvswitch group, if any
 	for i, g := range groups {
 		path := fmt.Sprintf("nvlink[%d]", i)
+		if g.NVSwitch {
+			if fabric >= 0 {
+				v.fail(path+".nvswitch", "nvlink[%d] already connects GPUs through NVSwitches; a node has one NVSwitch fabric (as every HGX/DGX baseboard): list all its GPUs in one group", fabric)
+				continue
+			}
+			fabric = i
+		}
 		if !v.indexes(path+".gpus", g.GPUs, len(gpus)) {
 			continue
 		}
