@@ -9,13 +9,16 @@ import (
 
 // WriteExplanation writes a plan for people: for every device, the resource
 // it became, the rule that claimed it, its sharing and why each earlier rule
-// did not claim it; then the resources. Rules skipped only because they
+// did not claim it; then the devices left out because of their rule (see
+// Plan.Problems), and the resources. Rules skipped only because they
 // claim the other kind of device are counted rather than listed.
 func WriteExplanation(w io.Writer, p *Plan) error {
 	var b strings.Builder
 	for _, d := range p.Decisions {
 		fmt.Fprintf(&b, "%s  %s\n", d.Description, d.Device)
 		switch {
+		case d.Problem != "":
+			fmt.Fprintf(&b, "  resource  none: left out because of its rule\n  rule      %s\n  problem   %s\n", d.Rule, d.Problem)
 		case d.Resource != "":
 			sharing := "none"
 			if d.Sharing != nil {
@@ -55,6 +58,13 @@ func WriteExplanation(w io.Writer, p *Plan) error {
 			fmt.Fprintf(&b, "  (%d %s for devices: %s skipped)\n", otherKind, noun, kind)
 		}
 		b.WriteByte('\n')
+	}
+	if n := len(p.Problems); n > 0 {
+		noun := "devices"
+		if n == 1 {
+			noun = "device"
+		}
+		fmt.Fprintf(&b, "%d %s left out because of their rules (problem above); the rest is served\n\n", n, noun)
 	}
 	if len(p.Resources) == 0 {
 		b.WriteString("no resources: no device is advertised\n")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"reflect"
 	"slices"
@@ -120,6 +121,9 @@ func Load(nameOrPath string) (*RuleSet, error) {
 		return Parse(builtinPrefix+nameOrPath, data)
 	}
 	f, err := os.Open(nameOrPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, notFoundError(nameOrPath, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading rules file: %w", err)
 	}
@@ -435,6 +439,8 @@ func (c *checker) compileSharing(r *rule, s *sharingSpec) {
 	case s.Replicas == nil:
 	case *s.Replicas < 1:
 		c.ruleError(r, path{"sharing", "replicas"}, strconv.Itoa(*s.Replicas), "must be at least 1")
+	case checkReplicas(*s.Replicas) != nil:
+		c.ruleError(r, path{"sharing", "replicas"}, strconv.Itoa(*s.Replicas), checkReplicas(*s.Replicas).Error())
 	case strategy == SharingNone && *s.Replicas > 1:
 		c.ruleError(r, path{"sharing", "replicas"}, strconv.Itoa(*s.Replicas),
 			"strategy none shares nothing: set strategy time-slicing or mps, or replicas 1")
@@ -464,4 +470,66 @@ func (c *checker) compileSharing(r *rule, s *sharingSpec) {
 		}
 		r.sharing.MPS.ActiveThreadPercentage = *a
 	}
+}
+
+// MisspeltBuiltin returns Load's error for a rules name that is neither a
+// builtin nor an existing file but is within two edits of a builtin name
+// ("mixd"), and nil otherwise: a missing file whose name is far from every
+// builtin may still appear (a ConfigMap not mounted yet), a misspelt
+// builtin never will. `featureplug run` checks its --rules with it before
+// starting.
+func MisspeltBuiltin(nameOrPath string) error {
+	if nameOrPath == "" || slices.Contains(BuiltinNames(), nameOrPath) {
+		return nil
+	}
+	_, err := os.Stat(nameOrPath)
+	if !errors.Is(err, fs.ErrNotExist) || suggestBuiltin(nameOrPath, BuiltinNames()) == "" {
+		return nil
+	}
+	return notFoundError(nameOrPath, err)
+}
+
+// notFoundError says that a rules name is neither a file nor a builtin,
+// suggesting the closest builtin name when one is near.
+func notFoundError(nameOrPath string, err error) error {
+	builtins := BuiltinNames()
+	msg := fmt.Sprintf("rules %q is neither a file nor a builtin (builtins: %s)", nameOrPath, strings.Join(builtins, ", "))
+	if s := suggestBuiltin(nameOrPath, builtins); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return fmt.Errorf("%s: %w", msg, err)
+}
+
+// suggestBuiltin returns the builtin name closest to name when it is within
+// two edits (or differs only in case), else "".
+func suggestBuiltin(name string, builtins []string) string {
+	best, bestDist := "", 3
+	for _, b := range builtins {
+		d := editDistance(strings.ToLower(name), b)
+		if d < bestDist {
+			best, bestDist = b, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between two short strings.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

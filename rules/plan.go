@@ -57,6 +57,30 @@ type Plan struct {
 	// Links is the GPU link matrix of the Inventory, indexed by GPU index,
 	// for topology-aware allocation.
 	Links discovery.LinkMatrix `json:"links,omitempty"`
+	// Problems are the devices a rule claimed but that could not be
+	// advertised (its template failed or gave an invalid resource name), in
+	// inventory order. They are left out of Resources; the rest of the
+	// plan serves.
+	Problems []Problem `json:"problems,omitempty"`
+}
+
+// Problem is a device left out of a plan because of its rule.
+type Problem struct {
+	// Device is the device ID (GPU or MIG UUID).
+	Device string `json:"device"`
+	// Description is a short human name, as in Decision.
+	Description string `json:"description"`
+	// Rule is the rule that claimed the device.
+	Rule string `json:"rule"`
+	// Resource is the name the rule's template gave, empty when it failed.
+	Resource string `json:"resource,omitempty"`
+	// Message says what is wrong, naming the rule's field and value.
+	Message string `json:"message"`
+}
+
+// String formats the problem as one line for logs and Events.
+func (p Problem) String() string {
+	return p.Description + " (" + p.Device + "): " + p.Message
 }
 
 // Resource is one extended resource and the devices that back it.
@@ -109,6 +133,9 @@ type Decision struct {
 	Sharing *Sharing `json:"sharing,omitempty"`
 	// Skipped explains, for each earlier rule, why it did not claim the device.
 	Skipped []RuleMiss `json:"skipped,omitempty"`
+	// Problem says why the claiming rule could not advertise the device
+	// (see Plan.Problems); Resource is then empty.
+	Problem string `json:"problem,omitempty"`
 }
 
 // RuleMiss is why one rule did not claim a device.

@@ -341,10 +341,6 @@ func TestPlanErrors(t *testing.T) {
 		inv   *discovery.Inventory
 		want  []string
 	}{
-		{"template gives an invalid name", "- name: raw\n  devices: gpu\n  resource: 'example.com/{{ .product }}'\n", modelNode(),
-			[]string{`r.yaml:6: rules[0] "raw": resource: template gives "example.com/NVIDIA H100 80GB HBM3" for GPU 0 NVIDIA H100 80GB HBM3 (GPU-00000000-0000-0000-0000-000000000000)`, `(have "example.com/{{ .product }}")`}},
-		{"template gives a reserved name", "- name: raw\n  devices: gpu\n  resource: '{{ .family }}.kubernetes.io/gpu'\n", modelNode(),
-			[]string{`rules[0] "raw": resource: template gives "hopper.kubernetes.io/gpu" for GPU 0`, "reserved"}},
 		{"one resource two sharings", `- name: a100
   devices: gpu
   matchFeatures: [{feature: nvidia.gpu, matchExpressions: {product: {op: InRegexp, value: [A100]}}}]

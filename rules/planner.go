@@ -40,15 +40,14 @@ type target struct {
 // parent GPU is then also the only nvidia.gpu instance. The rules are tried
 // in order with NFD's evaluator; the first that matches claims the device.
 //
-// Plan fails, returning every problem, when a template gives an invalid
-// resource name, when one resource would get two sharing settings, or when a
-// GPU and one of its MIG devices are both claimed; callers then keep their
-// last good plan.
+// A device whose rule's template fails or gives an invalid resource name
+// is left out and recorded in Plan.Problems (and its Decision); the rest of
+// the plan stands. Plan fails, returning every problem, when one resource
+// would get two sharing settings, when a GPU and one of its MIG devices are
+// both claimed, or when the plan would advertise more device IDs than the
+// caps allow (MaxDevicesPerResource, MaxDevicesPerNode); callers then keep
+// their last good plan.
 func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) (*Plan, error) {
-	feats := discovery.Features(inv)
-	gpuInst := feats.Instances[discovery.FeatureGPU].Elements
-	migInst := feats.Instances[discovery.FeatureMIG].Elements
-
 	nodeMiss := make([]string, len(rs.rules))
 	node := labels.Set(nodeLabels)
 	for i, r := range rs.rules {
@@ -57,52 +56,23 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 		}
 	}
 
-	pl := &planner{
-		rs:       rs,
-		nodeMiss: nodeMiss,
-		claims:   make(map[string]*claim),
-		memo:     make([]map[string]verdict, len(rs.rules)),
-		names:    make([]map[string]rendered, len(rs.rules)),
-	}
+	pl := newPlanner(rs, nodeMiss)
 	plan := &Plan{
 		Decisions: make([]Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()),
 		Links:     cloneLinks(inv.Links),
 	}
-	m := 0
-	for gi := range inv.GPUs {
-		g := &inv.GPUs[gi]
-		gpuAttrs := instanceFor(gpuInst, gi, g.UUID, func() map[string]string { return discovery.GPUAttributes(inv, g) })
-		gpuSet := nfdv1alpha1.InstanceFeatureSet{Elements: []nfdv1alpha1.InstanceFeature{{Attributes: gpuAttrs}}}
-		plan.Decisions = append(plan.Decisions, pl.decide(&target{
-			kind: DeviceGPU, gpu: g, attrs: gpuAttrs,
-			features: &nfdv1alpha1.Features{
-				Flags:      feats.Flags,
-				Attributes: feats.Attributes,
-				Instances:  map[string]nfdv1alpha1.InstanceFeatureSet{discovery.FeatureGPU: gpuSet},
-			},
-		}))
-		for mi := range g.MIGDevices {
-			d := &g.MIGDevices[mi]
-			migAttrs := instanceFor(migInst, m, d.UUID, func() map[string]string { return discovery.MIGAttributes(g, d) })
-			m++
-			plan.Decisions = append(plan.Decisions, pl.decide(&target{
-				kind: DeviceMIG, gpu: g, mig: d, attrs: migAttrs,
-				features: &nfdv1alpha1.Features{
-					Flags:      feats.Flags,
-					Attributes: feats.Attributes,
-					Instances: map[string]nfdv1alpha1.InstanceFeatureSet{
-						discovery.FeatureGPU: gpuSet,
-						discovery.FeatureMIG: {Elements: []nfdv1alpha1.InstanceFeature{{Attributes: migAttrs}}},
-					},
-				},
-			}))
-		}
-	}
+	visitTargets(inv, func(t *target) {
+		plan.Decisions = append(plan.Decisions, pl.decide(t))
+	})
 	pl.checkParents()
 	if len(pl.errs) > 0 {
 		return nil, errors.Join(pl.errs...)
 	}
 	plan.Resources = pl.resources()
+	if err := pl.checkCaps(plan.Resources); err != nil {
+		return nil, err
+	}
+	plan.Problems = pl.problems
 	for i := range plan.Decisions {
 		d := &plan.Decisions[i]
 		if d.Resource != "" {
@@ -112,6 +82,60 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 		}
 	}
 	return plan, nil
+}
+
+// newPlanner returns the state of one Plan (or check) with rs.
+func newPlanner(rs *RuleSet, nodeMiss []string) *planner {
+	return &planner{
+		rs:       rs,
+		nodeMiss: nodeMiss,
+		claims:   make(map[string]*claim),
+		memo:     make([]map[string]verdict, len(rs.rules)),
+		names:    make([]map[string]rendered, len(rs.rules)),
+	}
+}
+
+// visitTargets calls visit for every device of the inventory, in inventory
+// order (each GPU, then its MIG devices), with the features its rules see:
+// the node-level features and exactly one instance of its own feature (a
+// MIG device also sees its parent as the one nvidia.gpu instance).
+func visitTargets(inv *discovery.Inventory, visit func(*target)) {
+	feats := discovery.Features(inv)
+	gpuInst := feats.Instances[discovery.FeatureGPU].Elements
+	migInst := feats.Instances[discovery.FeatureMIG].Elements
+	// One target and one Features value, reused for every device: visit
+	// must not keep them (a func value's argument escapes to the heap, so
+	// a target per device would cost an allocation each).
+	t := new(target)
+	f := new(nfdv1alpha1.Features)
+	m := 0
+	for gi := range inv.GPUs {
+		g := &inv.GPUs[gi]
+		gpuAttrs := instanceFor(gpuInst, gi, g.UUID, func() map[string]string { return discovery.GPUAttributes(inv, g) })
+		gpuSet := nfdv1alpha1.InstanceFeatureSet{Elements: []nfdv1alpha1.InstanceFeature{{Attributes: gpuAttrs}}}
+		*f = nfdv1alpha1.Features{
+			Flags:      feats.Flags,
+			Attributes: feats.Attributes,
+			Instances:  map[string]nfdv1alpha1.InstanceFeatureSet{discovery.FeatureGPU: gpuSet},
+		}
+		*t = target{kind: DeviceGPU, gpu: g, attrs: gpuAttrs, features: f}
+		visit(t)
+		for mi := range g.MIGDevices {
+			d := &g.MIGDevices[mi]
+			migAttrs := instanceFor(migInst, m, d.UUID, func() map[string]string { return discovery.MIGAttributes(g, d) })
+			m++
+			*f = nfdv1alpha1.Features{
+				Flags:      feats.Flags,
+				Attributes: feats.Attributes,
+				Instances: map[string]nfdv1alpha1.InstanceFeatureSet{
+					discovery.FeatureGPU: gpuSet,
+					discovery.FeatureMIG: {Elements: []nfdv1alpha1.InstanceFeature{{Attributes: migAttrs}}},
+				},
+			}
+			*t = target{kind: DeviceMIG, gpu: g, mig: d, attrs: migAttrs, features: f}
+			visit(t)
+		}
+	}
 }
 
 // instanceFor returns the attributes of element i of a feature's instances
@@ -144,6 +168,7 @@ type planner struct {
 	claims   map[string]*claim // by resource name
 	order    []string          // resource names in first-claim order
 	errs     []error
+	problems []Problem // devices left out, in inventory order
 
 	memo    []map[string]verdict  // per rule: verdicts by input values
 	names   []map[string]rendered // per rule: template results by input values
@@ -285,7 +310,13 @@ func (pl *planner) decide(t *target) Decision {
 			continue
 		}
 		d.Rule = r.name
-		d.Resource = pl.claim(r, t, d.Description)
+		name, problem := pl.claim(r, t, d.Description)
+		if problem != "" {
+			d.Problem = problem
+			pl.problems = append(pl.problems, Problem{Device: d.Device, Description: d.Description, Rule: r.name, Resource: name, Message: problem})
+			break
+		}
+		d.Resource = name
 		break
 	}
 	if len(skipped) > 0 {
@@ -304,19 +335,19 @@ func describe(t *target) string {
 }
 
 // claim gives a device to the resource a rule names, and returns the name
-// ("" after an error).
-func (pl *planner) claim(r *rule, t *target, desc string) string {
-	name := r.resource
+// ("" after an error). When the rule's template fails or gives an invalid
+// name, the device is not claimed and problem says why (name is then what
+// the template gave, if anything).
+func (pl *planner) claim(r *rule, t *target, desc string) (name, problem string) {
+	name = r.resource
 	if r.tmpl != nil {
 		rendered := pl.render(r, t)
 		if rendered.err != nil {
-			pl.fail(r, "resource", strconv.Quote(r.resource), fmt.Sprintf("template fails on %s: %v", desc, rendered.err))
-			return ""
+			return "", pl.problem(r, fmt.Sprintf("template fails on %s: %v", desc, rendered.err))
 		}
 		name = rendered.name
 		if rendered.invalid != nil {
-			pl.fail(r, "resource", strconv.Quote(r.resource), fmt.Sprintf("template gives %q for %s (%s): %v", name, desc, t.attrs[discovery.AttrUUID], rendered.invalid))
-			return ""
+			return name, pl.problem(r, fmt.Sprintf("template gives %q for %s (%s): %v", name, desc, t.attrs[discovery.AttrUUID], rendered.invalid))
 		}
 	}
 	// A devices: gpu rule only claims GPUs with MIG disabled, and the mps
@@ -325,7 +356,7 @@ func (pl *planner) claim(r *rule, t *target, desc string) string {
 	// GPU would fail on the node.
 	if r.sharing.Strategy == SharingMPS && (t.mig != nil || t.gpu.MIGEnabled) {
 		pl.fail(r, "sharing.strategy", "mps", fmt.Sprintf("mps cannot share %s: MIG is enabled on its GPU", desc))
-		return ""
+		return "", ""
 	}
 	c, ok := pl.claims[name]
 	if !ok {
@@ -335,7 +366,7 @@ func (pl *planner) claim(r *rule, t *target, desc string) string {
 	} else if c.rule != r && c.sharing.key() != r.sharing.key() {
 		pl.fail(r, "sharing", r.sharing.String(), fmt.Sprintf("resource %q of %s is also given by rules[%d] %q with sharing %s; a resource has one sharing",
 			name, desc, c.rule.index, c.rule.name, c.sharing.String()))
-		return ""
+		return "", ""
 	}
 	c.minMem = min(c.minMem, t.memory())
 	dev := claimed{mig: -1, rule: r, Device: Device{
@@ -356,7 +387,32 @@ func (pl *planner) claim(r *rule, t *target, desc string) string {
 		dev.MemoryMiB = t.mig.MemoryMiB
 	}
 	c.devices = append(c.devices, dev)
-	return name
+	return name, ""
+}
+
+// problem formats a device problem on a rule's resource field, as an
+// *Error would print it.
+func (pl *planner) problem(r *rule, msg string) string {
+	e := &Error{Source: pl.rs.source, Line: r.resourceLine, Rule: r.index, RuleName: r.name, Field: "resource", Value: strconv.Quote(r.resource), Msg: msg}
+	return e.Error()
+}
+
+// checkCaps checks the assembled resources against MaxDevicesPerResource
+// and MaxDevicesPerNode, with the same code as ValidatePlan, naming the
+// rule that gave each resource.
+func (pl *planner) checkCaps(resources []Resource) error {
+	var errs []error
+	for i := range resources {
+		r := &resources[i]
+		if err := checkResourceCaps(r); err != nil {
+			c := pl.claims[r.Name]
+			errs = append(errs, &Error{Source: pl.rs.source, Line: c.rule.line, Rule: c.rule.index, RuleName: c.rule.name, Msg: err.Error()})
+		}
+	}
+	if err := checkNodeCap(resources); err != nil {
+		errs = append(errs, &Error{Source: pl.rs.source, Rule: -1, Msg: err.Error()})
+	}
+	return errors.Join(errs...)
 }
 
 // memory is the device's memory in MiB.

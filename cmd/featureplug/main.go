@@ -6,11 +6,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/featureplug/featureplug/rules"
 )
 
 // exitError carries a process exit code through cobra to main.
@@ -35,8 +40,105 @@ in NFD's match language, and serves one kubelet device plugin per resource name.
 	root.AddCommand(newVersionCommand())
 	root.AddCommand(newDiscoverCommand())
 	root.AddCommand(newRulesCommand())
-	root.AddCommand(newRunCommand())
+	run := newRunCommand()
+	// One flag name for node labels across commands: --node-labels, as
+	// rules explain takes it too; the singular stays as a deprecated alias.
+	addDeprecatedAlias(run, "node-label", "node-labels")
+	refuseMisspeltRules(run)
+	root.AddCommand(run)
+	refuseUnknownCommands(root)
 	return root
+}
+
+// refuseMisspeltRules makes run fail at once on a --rules that is a
+// misspelt builtin name ("mixd": neither a file nor a builtin, did you mean
+// mixed?), as check and explain do through rules.Load, instead of waiting
+// for a file that will never appear.
+func refuseMisspeltRules(run *cobra.Command) {
+	pre := run.PreRunE
+	run.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if pre != nil {
+			if err := pre(cmd, args); err != nil {
+				return err
+			}
+		}
+		name, err := cmd.Flags().GetString("rules")
+		if err != nil {
+			return err
+		}
+		if err := rules.MisspeltBuiltin(name); err != nil {
+			return fmt.Errorf("--rules: %w", err)
+		}
+		return nil
+	}
+}
+
+// refuseUnknownCommands makes every command that has subcommands fail on
+// an argument that names none of them ("unknown command"), with cobra's
+// suggestions, instead of printing its help and exiting 0; without
+// arguments it still prints its help.
+func refuseUnknownCommands(c *cobra.Command) {
+	if !c.HasSubCommands() {
+		return
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if cmd.SuggestionsMinimumDistance <= 0 {
+			cmd.SuggestionsMinimumDistance = 2 // cobra's default, set only on its own path
+		}
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += fmt.Sprintf("; did you mean %q?", s[0])
+		}
+		names := make([]string, 0, len(cmd.Commands()))
+		for _, sub := range cmd.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		msg += fmt.Sprintf(" (commands: %s)", strings.Join(names, ", "))
+		return &exitError{code: 2, err: errors.New(msg)}
+	}
+	if c.Run == nil && c.RunE == nil {
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
+	for _, sub := range c.Commands() {
+		refuseUnknownCommands(sub)
+	}
+}
+
+// addDeprecatedAlias adds --alias to a command as a hidden, deprecated
+// spelling of its flag --name: both set the same value (so they combine as
+// the flag itself would), and using the alias prints a note on stderr.
+func addDeprecatedAlias(cmd *cobra.Command, alias, name string) {
+	fs := cmd.Flags()
+	target := fs.Lookup(name)
+	if target == nil {
+		panic("addDeprecatedAlias: no flag --" + name)
+	}
+	fs.AddFlag(&pflag.Flag{
+		Name:     alias,
+		Usage:    "deprecated: use --" + name,
+		Value:    &deprecatedValue{Value: target.Value, alias: alias, name: name, out: cmd.ErrOrStderr},
+		DefValue: target.DefValue,
+		Hidden:   true,
+	})
+}
+
+// deprecatedValue is the value of a deprecated alias: it sets the flag it
+// stands for and says so on stderr.
+type deprecatedValue struct {
+	pflag.Value
+	alias, name string
+	out         func() io.Writer
+}
+
+// Set notes the deprecation and sets the aliased flag.
+func (v *deprecatedValue) Set(s string) error {
+	fmt.Fprintf(v.out(), "featureplug: flag --%s is deprecated, use --%s\n", v.alias, v.name)
+	return v.Value.Set(s)
 }
 
 func main() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/catalog"
 )
 
 // explainOutput is what `featureplug rules explain -o yaml|json` prints.
@@ -62,6 +63,13 @@ func newRulesCheckCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "check FILE...",
 		Short: "Validate rules files, listing every error and warning",
+		Long: `Check loads rules files and reports every problem, each naming the file, line,
+rule, field and value. It also tries every rule on every device featureplug's
+fake-node catalog can make (every bundled fake node, every product as a whole
+GPU and in every MIG profile, +me profiles included), so a template that gives
+an invalid resource name for some device, or a rule that would advertise more
+device IDs than the caps allow, is an error here rather than on a node.
+A file check accepts never crashes run.`,
 		Example: `  featureplug rules check /etc/featureplug/rules.yaml
   featureplug rules check mixed`,
 		Args: cobra.MinimumNArgs(1),
@@ -71,12 +79,23 @@ func newRulesCheckCommand() *cobra.Command {
 	}
 }
 
-// checkRules loads each file, printing what is wrong with it, and fails
-// when any file does not load.
+// checkRules loads each file and tries it on every device of the
+// fake-node catalog (every bundled node, every product and MIG profile),
+// printing what is wrong with it, and fails when any file does not load or
+// gives an invalid resource name or too many device IDs anywhere.
 func checkRules(out, errOut io.Writer, files []string) error {
 	bad := 0
+	var nodes []rules.CheckNode
 	for _, file := range files {
 		rs, err := rules.Load(file)
+		if err == nil && nodes == nil {
+			if nodes, err = catalog.Nodes(); err != nil {
+				return fmt.Errorf("building the fake-node catalog: %w", err)
+			}
+		}
+		if err == nil {
+			err = rs.CheckNodes(nodes)
+		}
 		if err != nil {
 			bad++
 			fmt.Fprintf(errOut, "%s: invalid:\n", file)
@@ -117,7 +136,7 @@ rules and prints, for every device, the resource it becomes, the rule that
 claimed it, its sharing, and why each earlier rule did not claim it; then the
 resources. Without --rules it explains the default rules (builtin "none").`,
 		Example: `  featureplug rules explain --rules mixed --fake-node dgx-a100
-  featureplug rules explain --rules rules.yaml --fake-node ./node.yaml --node-label pool=inference
+  featureplug rules explain --rules rules.yaml --fake-node ./node.yaml --node-labels pool=inference
   featureplug rules explain --rules /etc/featureplug/rules.yaml -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -139,12 +158,16 @@ resources. Without --rules it explains the default rules (builtin "none").`,
 			if err != nil {
 				return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to this node:\n%w", err)}
 			}
+			for _, p := range plan.Problems {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: left out: %s\n", p.String())
+			}
 			return printExplanation(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailableResources(plan, mpsControl))
 		},
 	}
 	src.addFlags(cmd.Flags())
 	cmd.Flags().StringVar(&rulesFile, "rules", "", "rules file: a path or a builtin name ("+strings.Join(rules.BuiltinNames(), ", ")+"); default: none")
-	cmd.Flags().StringToStringVar(&nodeLabels, "node-label", nil, "a label of the node, for rules with a nodeSelector (key=value, repeatable)")
+	cmd.Flags().StringToStringVar(&nodeLabels, "node-labels", nil, "labels of the node, for rules with a nodeSelector (k=v,..., repeatable)")
+	addDeprecatedAlias(cmd, "node-label", "node-labels")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
 	cmd.Flags().StringVar(&mpsControl, "mps-control", mps.DefaultControlBinary, "the MPS control program MPS-shared resources need")
 	return cmd

@@ -129,7 +129,7 @@ func TestRulesExplainJSONWithNodeLabels(t *testing.T) {
 		labels   []string
 		resource string
 	}{
-		{[]string{"--node-label", "pool=inference", "--node-label", "zone=a"}, "example.com/h100-mps"},
+		{[]string{"--node-labels", "pool=inference", "--node-labels", "zone=a"}, "example.com/h100-mps"},
 		{nil, "nvidia.com/gpu"},
 	} {
 		args := append([]string{"explain", "--rules", pools, "--fake-node", "dgx-h100", "-o", "json"}, tt.labels...)
@@ -156,16 +156,6 @@ func TestRulesExplainJSONWithNodeLabels(t *testing.T) {
 }
 
 func TestRulesExplainFailures(t *testing.T) {
-	raw := filepath.Join(t.TempDir(), "raw.yaml")
-	if err := os.WriteFile(raw, []byte(`apiVersion: featureplug.io/v1alpha1
-kind: ResourceRules
-rules:
-- name: raw
-  devices: gpu
-  resource: 'example.com/{{ .product }}'
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
 		name string
 		args []string
@@ -173,7 +163,6 @@ rules:
 	}{
 		{"bad output", []string{"explain", "--fake-node", "workstation", "-o", "xml"}, `--output: "xml"`},
 		{"bad rules", []string{"explain", "--rules", filepath.Join("..", "..", "rules", "testdata", "many-errors.yaml"), "--fake-node", "workstation"}, `many-errors.yaml:8: rules[0] "typo"`},
-		{"rules that do not apply", []string{"explain", "--rules", raw, "--fake-node", "workstation"}, `template gives "example.com/NVIDIA L4" for GPU 0 NVIDIA L4`},
 		{"unknown fake node", []string{"explain", "--fake-node", "no-such-node"}, "no-such-node"},
 	}
 	for _, tt := range tests {
@@ -183,5 +172,125 @@ rules:
 				t.Errorf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestRulesExplainShowsProblems checks that a device whose rule gives an
+// invalid name is shown as left out, with the problem, while the rest of
+// the plan is explained, and that check refuses the same file naming the
+// device.
+func TestRulesExplainShowsProblems(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "mig.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: featureplug.io/v1alpha1
+kind: ResourceRules
+rules:
+- name: mig
+  devices: mig
+  resource: 'nvidia.com/mig-{{ .profile }}'
+- name: gpu
+  devices: gpu
+  resource: nvidia.com/gpu
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := runRules(t, "explain", "--rules", file, "--fake-node", "a100-80gb-mixed")
+	if err != nil {
+		t.Fatalf("explain: %v\n%s", err, errOut)
+	}
+	for _, w := range []string{
+		"GPU 0 MIG 3 (1g.10gb+me)", "resource  none: left out because of its rule",
+		`template gives "nvidia.com/mig-1g.10gb+me" for GPU 0 MIG 3 (1g.10gb+me)`,
+		"1 device left out", "nvidia.com/mig-3g.40gb", "nvidia.com/gpu",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("explanation lacks %q:\n%s", w, out)
+		}
+	}
+	if !strings.Contains(errOut, "warning: left out: GPU 0 MIG 3 (1g.10gb+me)") {
+		t.Errorf("stderr lacks the left-out warning:\n%s", errOut)
+	}
+	out, _, err = runRules(t, "explain", "--rules", file, "--fake-node", "a100-80gb-mixed", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Problems []struct{ Device, Rule, Resource, Message string }
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Problems) != 1 || doc.Problems[0].Rule != "mig" || doc.Problems[0].Resource != "nvidia.com/mig-1g.10gb+me" {
+		t.Errorf("problems = %+v", doc.Problems)
+	}
+
+	_, errOut, err = runRules(t, "check", file)
+	if exitCode(err) != 1 || !strings.Contains(errOut, `rules[0] "mig": resource: template gives "nvidia.com/mig-1g.10gb+me" on fake node a100-80gb-mixed, NVIDIA A100-SXM4-80GB MIG 1g.10gb+me`) {
+		t.Errorf("check: %v\n%s", err, errOut)
+	}
+}
+
+// TestUnknownCommands checks that an unknown subcommand at any level is an
+// error naming it, with a non-zero exit.
+func TestUnknownCommands(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rules", "frobnicate"}, `unknown command "frobnicate" for "featureplug rules" (commands: check, explain)`},
+		{[]string{"rules", "chek"}, `unknown command "chek" for "featureplug rules"; did you mean "check"?`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate" for "featureplug"`},
+		{[]string{"version", "frobnicate"}, `unknown command "frobnicate" for "featureplug version"`},
+	} {
+		root := newRootCommand()
+		var out, errOut bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetArgs(tc.args)
+		err := root.Execute()
+		if exitCode(err) == 0 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v (exit %d), want one containing %q", tc.args, err, exitCode(err), tc.want)
+		}
+	}
+	root := newRootCommand()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"rules"})
+	if err := root.Execute(); err != nil || !strings.Contains(out.String(), "check") {
+		t.Errorf("featureplug rules: %v, want help:\n%s", err, out.String())
+	}
+}
+
+// TestNodeLabelsFlag checks that explain takes --node-labels, and the old
+// --node-label still works with a deprecation note.
+func TestNodeLabelsFlag(t *testing.T) {
+	pools := filepath.Join("..", "..", "rules", "testdata", "pools.yaml")
+	for _, tc := range []struct {
+		flag       string
+		deprecated bool
+	}{{"--node-labels", false}, {"--node-label", true}} {
+		out, errOut, err := runRules(t, "explain", "--rules", pools, "--fake-node", "dgx-h100", tc.flag, "pool=inference", "-o", "json")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.flag, err, errOut)
+		}
+		if !strings.Contains(out, `"name": "example.com/h100-mps"`) {
+			t.Errorf("%s: the label did not reach the rules:\n%s", tc.flag, out)
+		}
+		if got := strings.Contains(errOut, "flag --node-label is deprecated, use --node-labels"); got != tc.deprecated {
+			t.Errorf("%s: deprecation note %v, want %v:\n%s", tc.flag, got, tc.deprecated, errOut)
+		}
+	}
+	// Both spellings together combine.
+	run := newRunCommand()
+	addDeprecatedAlias(run, "node-label", "node-labels")
+	var errOut bytes.Buffer
+	run.SetErr(&errOut)
+	if err := run.ParseFlags([]string{"--node-labels", "a=1", "--node-label", "b=2"}); err != nil {
+		t.Fatal(err)
+	}
+	if v := run.Flags().Lookup("node-labels").Value.String(); !strings.Contains(v, "a=1") || !strings.Contains(v, "b=2") {
+		t.Errorf("run --node-labels a=1 --node-label b=2: %s", v)
+	}
+	if !strings.Contains(errOut.String(), "deprecated") {
+		t.Errorf("run --node-label printed no deprecation note")
 	}
 }

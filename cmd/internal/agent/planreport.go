@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/featureplug/featureplug/rules"
+)
+
+// Reasons and results of the plan report.
+const (
+	// reasonDeviceRuleError is the Warning Event reason when the plan
+	// leaves devices out because of their rule.
+	reasonDeviceRuleError = "DeviceRuleError"
+	// reloadPartial is the rule_reloads_total result of rules that serve
+	// but leave some devices out.
+	reloadPartial = "partial"
+	// maxProblemsLogged bounds the problems one log line or Event lists.
+	maxProblemsLogged = 5
+)
+
+// planReport reports the devices a plan leaves out because their rule's
+// template fails or gives an invalid resource name (rules.Plan.Problems):
+// a WARN line and a Warning Event on the Node each time the set of such
+// devices changes, and the gauge featureplug_plan_device_errors.
+type planReport struct {
+	gauge prometheus.Gauge
+	// last is the set of problems last reported, as problemsKey gives it.
+	last string
+}
+
+// planReporter returns the agent's plan report, registering its gauge on
+// first use.
+func (a *Agent) planReporter() *planReport {
+	if a.planReport != nil {
+		return a.planReport
+	}
+	r := &planReport{gauge: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "featureplug_plan_device_errors",
+		Help: "Devices the current plan leaves out because their rule's resource template fails or gives an invalid name; the rest of the plan serves.",
+	})}
+	if err := a.registry.Register(r.gauge); err != nil {
+		a.log.Error("registering featureplug_plan_device_errors", "err", err)
+	}
+	a.planReport = r
+	return r
+}
+
+// reportPlanProblems reports the problems of the plan now served, once per
+// change.
+func (a *Agent) reportPlanProblems(ctx context.Context, plan *rules.Plan) {
+	r := a.planReporter()
+	r.gauge.Set(float64(len(plan.Problems)))
+	key := problemsKey(plan.Problems)
+	if key == r.last {
+		return
+	}
+	r.last = key
+	if len(plan.Problems) == 0 {
+		a.log.Info("every device the rules claim is served again", "rules", a.cfg.Rules)
+		return
+	}
+	summary := problemsSummary(plan.Problems)
+	a.log.Warn("devices left out of the plan because of their rules; the rest is served",
+		"rules", a.cfg.Rules, "devices", len(plan.Problems), "problems", summary)
+	if a.events != nil {
+		a.events.warn(ctx, reasonDeviceRuleError, fmt.Sprintf("rules %s: %d devices left out, the rest is served: %s",
+			a.cfg.Rules, len(plan.Problems), summary))
+	}
+}
+
+// takeRules makes rs the current rules when it can plan on this node, and
+// counts the reload: "applied" when every device the rules claim is
+// served, "partial" when some are left out (see reportPlanProblems), and
+// "invalid" when the rules cannot plan or leave out every device they
+// claim. Invalid rules keep the last good ones; with none yet (the first
+// load) they are kept, so that a later discovery can plan with them, and
+// replan reports why nothing serves.
+func (a *Agent) takeRules(ctx context.Context, rs *rules.RuleSet) bool {
+	a.planReporter()
+	prev := a.ruleSet
+	if a.inv == nil {
+		a.ruleSet = rs
+		a.metrics.ruleReloads.WithLabelValues("applied").Inc()
+		return true
+	}
+	plan, err := rs.Plan(a.inv, a.nodeLabels)
+	if err == nil && len(plan.Resources) == 0 && len(plan.Problems) > 0 {
+		err = fmt.Errorf("no device could be planned: every device the rules claim is left out: %s", problemsSummary(plan.Problems))
+	}
+	if err != nil {
+		a.metrics.ruleReloads.WithLabelValues("invalid").Inc()
+		if prev == nil {
+			a.ruleSet = rs
+			return true
+		}
+		a.reportRuleError(ctx, "InvalidRules", err)
+		return false
+	}
+	a.ruleSet = rs
+	result := "applied"
+	if len(plan.Problems) > 0 {
+		result = reloadPartial
+	}
+	a.metrics.ruleReloads.WithLabelValues(result).Inc()
+	return true
+}
+
+// problemsKey identifies a set of problems, to report each set once.
+func problemsKey(ps []rules.Problem) string {
+	var b strings.Builder
+	for _, p := range ps {
+		b.WriteString(p.Device + "\x00" + p.Message + "\x00")
+	}
+	return b.String()
+}
+
+// problemsSummary lists the first few problems, one per device.
+func problemsSummary(ps []rules.Problem) string {
+	parts := make([]string, 0, min(len(ps), maxProblemsLogged)+1)
+	for i, p := range ps {
+		if i == maxProblemsLogged {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ps)-i))
+			break
+		}
+		parts = append(parts, p.String())
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/rules"
+)
+
+// planReportValue reads a counter's or gauge's value.
+func planReportValue(t *testing.T, c prometheus.Metric) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Gauge != nil {
+		return m.GetGauge().GetValue()
+	}
+	return m.GetCounter().GetValue()
+}
+
+// planReportRules parses a rules file body for the plan report tests.
+func planReportRules(t *testing.T, body string) *rules.RuleSet {
+	t.Helper()
+	rs, err := rules.Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// TestPlanReport checks how rules whose templates leave devices out are
+// taken and reported: "partial" reloads, one WARN per change, the gauge,
+// and rules that leave out every device they claim refused as invalid.
+func TestPlanReport(t *testing.T) {
+	src, err := OpenFake("a100-80gb-mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var logs bytes.Buffer
+	a, err := New(Config{
+		NodeName: "n", Source: src, Plugin: plugin.Options{KubeletDir: t.TempDir()},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, err := src.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.setInventory(inv)
+	ctx := context.Background()
+
+	good := planReportRules(t, "- name: gpu\n  devices: gpu\n  resource: nvidia.com/gpu\n")
+	if !a.takeRules(ctx, good) || planReportValue(t, a.metrics.ruleReloads.WithLabelValues("applied")) != 1 {
+		t.Fatal("valid rules were not applied")
+	}
+	mig := planReportRules(t, "- name: mig\n  devices: mig\n  resource: 'nvidia.com/mig-{{ .profile }}'\n- name: gpu\n  devices: gpu\n  resource: nvidia.com/gpu\n")
+	if !a.takeRules(ctx, mig) || a.ruleSet != mig {
+		t.Fatal("rules that serve all but one device were not taken")
+	}
+	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues(reloadPartial)); got != 1 {
+		t.Errorf(`rule_reloads_total{result="partial"} = %v, want 1`, got)
+	}
+	plan, err := mig.Plan(a.inv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.reportPlanProblems(ctx, plan)
+	a.reportPlanProblems(ctx, plan) // unchanged: not reported again
+	if n := strings.Count(logs.String(), "devices left out of the plan because of their rules"); n != 1 {
+		t.Errorf("%d WARN lines for one change, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "1g.10gb+me") {
+		t.Errorf("the WARN line does not name the device:\n%s", logs.String())
+	}
+	if got := planReportValue(t, a.planReport.gauge); got != 1 {
+		t.Errorf("featureplug_plan_device_errors = %v, want 1", got)
+	}
+
+	allBad := planReportRules(t, "- name: bad\n  devices: mig\n  resource: 'nvidia.com/mig {{ .profile }}'\n")
+	if a.takeRules(ctx, allBad) || a.ruleSet != mig {
+		t.Error("rules that leave out every device they claim replaced the last good")
+	}
+	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 1 {
+		t.Errorf(`rule_reloads_total{result="invalid"} = %v, want 1`, got)
+	}
+	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("applied")); got != 1 {
+		t.Errorf(`rule_reloads_total{result="applied"} = %v, want still 1`, got)
+	}
+
+	plan, err = good.Plan(a.inv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.reportPlanProblems(ctx, plan)
+	if got := planReportValue(t, a.planReport.gauge); got != 0 {
+		t.Errorf("featureplug_plan_device_errors = %v after the problems cleared, want 0", got)
+	}
+	if !strings.Contains(logs.String(), "every device the rules claim is served again") {
+		t.Errorf("no line says the problems cleared:\n%s", logs.String())
+	}
+}

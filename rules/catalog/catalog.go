@@ -1,0 +1,115 @@
+// Package catalog tries rules files on every device featureplug's fake-node
+// catalog can make, so that `featureplug rules check` finds at check time
+// what would otherwise only fail on a real node: a resource template that
+// gives an invalid name for some product or MIG profile, or a rule that
+// would advertise more device IDs than the caps allow.
+//
+// The nodes are every bundled fake node (discovery/fakenode) as it is, and,
+// per catalog product, synthetic nodes holding one whole GPU and one GPU per
+// MIG profile (+me profiles included) and compute instance size.
+package catalog
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/fakenode"
+	"github.com/featureplug/featureplug/rules"
+)
+
+// maxGPUsPerNode is how many GPUs one synthetic node holds: the most a fake
+// node may have.
+const maxGPUsPerNode = 16
+
+// Fake node facts of the synthetic nodes.
+const (
+	syntheticDriver = "570.86.15"
+	syntheticCUDA   = "12.8"
+)
+
+// Nodes returns the nodes rules are checked on: every bundled fake node,
+// then the synthetic nodes of every catalog product.
+func Nodes() ([]rules.CheckNode, error) {
+	var out []rules.CheckNode
+	for _, name := range fakenode.BundledNames() {
+		node, err := fakenode.Named(name)
+		if err != nil {
+			return nil, fmt.Errorf("bundled fake node %s: %w", name, err)
+		}
+		inv, err := discover(node)
+		if err != nil {
+			return nil, fmt.Errorf("bundled fake node %s: %w", name, err)
+		}
+		out = append(out, rules.CheckNode{Name: "fake node " + name, Inventory: inv})
+	}
+	for _, p := range fakenode.Products() {
+		specs := productSpecs(p)
+		for i, spec := range specs {
+			data, err := yaml.Marshal(spec)
+			if err != nil {
+				return nil, fmt.Errorf("catalog product %s: %w", p.Key, err)
+			}
+			node, err := fakenode.Parse(spec.Name, data)
+			if err != nil {
+				return nil, fmt.Errorf("catalog product %s: %w", p.Key, err)
+			}
+			inv, err := discover(node)
+			if err != nil {
+				return nil, fmt.Errorf("catalog product %s: %w", p.Key, err)
+			}
+			name := "catalog product " + p.Key
+			if len(specs) > 1 {
+				name += fmt.Sprintf(" (node %d of %d)", i+1, len(specs))
+			}
+			out = append(out, rules.CheckNode{Name: name, Inventory: inv, Synthetic: true})
+		}
+	}
+	return out, nil
+}
+
+// Check tries a rule set on every node of Nodes (see rules.CheckNodes).
+func Check(rs *rules.RuleSet) error {
+	nodes, err := Nodes()
+	if err != nil {
+		return err
+	}
+	return rs.CheckNodes(nodes)
+}
+
+// discover reads a fake node's inventory.
+func discover(node *fakenode.Node) (*discovery.Inventory, error) {
+	lib := node.NVML()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("initializing fake NVML: %s", ret.Error())
+	}
+	defer func() { _ = lib.Shutdown() }()
+	return discovery.Discover(lib)
+}
+
+// productSpecs returns the synthetic fake nodes of one product: a whole GPU
+// (MIG disabled), then, for a MIG-capable product, one GPU per MIG profile
+// and compute instance size, at most maxGPUsPerNode GPUs a node.
+func productSpecs(p fakenode.Product) []fakenode.Spec {
+	gpus := []fakenode.GPUSpec{{Product: p.Key}}
+	for _, prof := range p.MIGProfiles {
+		for _, size := range prof.ComputeInstanceSizes {
+			gpus = append(gpus, fakenode.GPUSpec{Product: p.Key, MIG: []fakenode.MIGSpec{{Profile: prof.Name, ComputeInstances: []int{size}}}})
+		}
+	}
+	var out []fakenode.Spec
+	for len(gpus) > 0 {
+		n := min(len(gpus), maxGPUsPerNode)
+		out = append(out, fakenode.Spec{
+			Name:          fmt.Sprintf("catalog-%s-%d", strings.ToLower(p.Key), len(out)),
+			DriverVersion: syntheticDriver,
+			CUDAVersion:   syntheticCUDA,
+			GPUs:          gpus[:n],
+		})
+		gpus = gpus[n:]
+	}
+	return out
+}

@@ -1,0 +1,273 @@
+package e2e
+
+// Fault tests of the rules engine and the CLI (issue 12, findings 7, 8 and
+// 15): a rules file `featureplug rules check` accepts never crashes `run`;
+// check finds at check time what would fail on a node; a device whose rule
+// gives an invalid name is left out and reported while the rest serves;
+// bad commands fail clearly.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/featureplug/featureplug/test/harness"
+)
+
+// rulesFaultHeader starts every rules file of these tests.
+const rulesFaultHeader = "apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"
+
+// rulesFaultShared is a valid file: every whole GPU time-sliced 4 ways.
+const rulesFaultShared = rulesFaultHeader + `- name: shared
+  devices: gpu
+  resource: example.com/shared
+  sharing: {strategy: time-slicing, replicas: 4}
+`
+
+// rulesFaultHuge is rulesFaultShared with the replicas of issue 12's
+// finding 7, which used to pass check and crash run out of memory.
+const rulesFaultHuge = rulesFaultHeader + `- name: shared
+  devices: gpu
+  resource: example.com/shared
+  sharing: {strategy: time-slicing, replicas: 1000000000}
+`
+
+// rulesFaultMIG names MIG resources after their profile, which gives an
+// invalid name for +me profiles, and serves whole GPUs as nvidia.com/gpu.
+const rulesFaultMIG = rulesFaultHeader + `- name: mig
+  devices: mig
+  resource: 'nvidia.com/mig-{{ .profile }}'
+- name: gpu
+  devices: gpu
+  resource: nvidia.com/gpu
+`
+
+// rulesFaultCLI runs the featureplug binary with args and returns its
+// stdout, stderr and exit code.
+func rulesFaultCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(build.agent, args...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("running featureplug %v: %v", args, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// rulesFaultWrite writes a rules file in dir and returns its path.
+func rulesFaultWrite(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// rulesFaultWaitLog waits until the agent's log holds every string.
+func rulesFaultWaitLog(t *testing.T, a *agent, want ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := waitFor(ctx, func() (bool, string) {
+		tail := a.Tail(400)
+		for _, w := range want {
+			if !strings.Contains(tail, w) {
+				return false, fmt.Sprintf("log lacks %q", w)
+			}
+		}
+		return true, ""
+	}); err != nil {
+		t.Fatalf("featureplug for node %s: %v\n%s", a.spec.Node, err, a.Tail(40))
+	}
+}
+
+// TestFault07HugeReplicas: replicas over the cap are an error at check
+// time naming the file, rule, field, value and cap, in explain too; as a
+// hot reload to an agent serving a good plan they are refused, the last
+// plan keeps serving and the process stays alive.
+func TestFault07HugeReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs featureplug")
+	}
+	dir := t.TempDir()
+	huge := rulesFaultWrite(t, dir, "huge.yaml", rulesFaultHuge)
+	want := huge + `:7: rules[0] "shared": sharing.replicas: must be at most 1024 (rules.MaxReplicas) (have 1000000000)`
+
+	_, stderr, code := rulesFaultCLI(t, "rules", "check", huge)
+	if code == 0 || !strings.Contains(stderr, want) {
+		t.Errorf("rules check %s: exit %d, stderr:\n%s\nwant an error containing %q", huge, code, stderr, want)
+	}
+	_, stderr, code = rulesFaultCLI(t, "rules", "explain", "--rules", huge, "--fake-node", "dgx-a100")
+	if code == 0 || !strings.Contains(stderr, want) {
+		t.Errorf("rules explain --rules %s: exit %d, stderr:\n%s", huge, code, stderr)
+	}
+
+	// run with a good file, then the huge one as a hot reload.
+	rulesFile := rulesFaultWrite(t, shortTempDir(t), "rules.yaml", rulesFaultShared)
+	kubeletDir := shortTempDir(t)
+	peer := harness.StartKubeletPeer(t, kubeletDir)
+	a := startAgent(t, agentSpec{Node: "fault07", FakeNode: "dgx-a100", Rules: rulesFile, KubeletDir: kubeletDir})
+	// dgx-a100 has 4 whole GPUs (GPUs 0-3 are in MIG mode): 4 x 4 replicas.
+	waitCapacities(t, peer, map[string]int64{"example.com/shared": 4 * 4})
+	a.waitMetric(t, "featureplug_plugin_devices", func(v float64) bool { return v == 16 }, `resource="example.com/shared"`, `health="healthy"`)
+	invalid := a.metric(t, "featureplug_rule_reloads_total", `result="invalid"`)
+
+	writeFileAtomic(t, rulesFile, []byte(rulesFaultHuge))
+	a.waitMetric(t, "featureplug_rule_reloads_total", func(v float64) bool { return v > invalid }, `result="invalid"`)
+	rulesFaultWaitLog(t, a, "rules rejected; keeping the last good plan", "must be at most 1024 (rules.MaxReplicas)")
+	if !a.Running() {
+		t.Fatalf("featureplug exited after the hot reload: %v\n%s", a.ExitErr(), a.Tail(40))
+	}
+	if code, body, err := a.get("/healthz"); err != nil || code != http.StatusOK {
+		t.Errorf("/healthz after the hot reload: %d %s %v", code, body, err)
+	}
+	if got := a.metric(t, "featureplug_plugin_devices", `resource="example.com/shared"`, `health="healthy"`); got != 16 {
+		t.Errorf("featureplug_plugin_devices{resource=example.com/shared} = %v after the refused reload, want the last plan's 16", got)
+	}
+	if c, al := peer.Capacity("example.com/shared"); c != 16 || al != 16 {
+		t.Errorf("kubelet capacity of example.com/shared = %d (%d allocatable) after the refused reload, want 16", c, al)
+	}
+}
+
+// TestFault08InvalidTemplateName: a template that gives an invalid name on
+// some catalog device is an error at check time naming the rule, device and
+// name; at run time on a node with such a device (a 1g.10gb+me MIG device)
+// the other resources serve and the bad device is reported: a WARN line,
+// featureplug_plan_device_errors, rule_reloads_total{result="partial"} (not
+// "applied"), and a Warning Event DeviceRuleError on the Node.
+func TestFault08InvalidTemplateName(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs featureplug")
+	}
+	dir := t.TempDir()
+	migFile := rulesFaultWrite(t, dir, "mig.yaml", rulesFaultMIG)
+	_, stderr, code := rulesFaultCLI(t, "rules", "check", migFile)
+	for _, want := range []string{
+		`rules[0] "mig": resource: template gives "nvidia.com/mig-1g.10gb+me" on fake node a100-80gb-mixed, NVIDIA A100-SXM4-80GB MIG 1g.10gb+me`,
+		// Every catalog product's +me profile, not only the bundled nodes'.
+		`template gives "nvidia.com/mig-1g.18gb+me" on catalog product H200-141GB`,
+	} {
+		if code == 0 || !strings.Contains(stderr, want) {
+			t.Errorf("rules check %s: exit %d, stderr:\n%s\nwant an error containing %q", migFile, code, stderr, want)
+		}
+	}
+	// Product names with spaces: check errors, as run leaves them out.
+	product := rulesFaultWrite(t, dir, "product.yaml", rulesFaultHeader+"- name: per-product\n  devices: gpu\n  resource: 'example.com/{{ .product }}'\n")
+	_, stderr, code = rulesFaultCLI(t, "rules", "check", product)
+	if code == 0 || !strings.Contains(stderr, `rules[0] "per-product": resource: template gives "example.com/NVIDIA H100 80GB HBM3"`) {
+		t.Errorf("rules check %s: exit %d, stderr:\n%s", product, code, stderr)
+	}
+	out, stderr, code := rulesFaultCLI(t, "rules", "explain", "--rules", migFile, "--fake-node", "a100-80gb-mixed")
+	if code != 0 || !strings.Contains(out, "resource  none: left out because of its rule") || !strings.Contains(stderr, "warning: left out: GPU 0 MIG 3 (1g.10gb+me)") {
+		t.Errorf("rules explain: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+
+	api := harness.StartAPIServer(t)
+	c := &cluster{api: api}
+	node := c.node(t, "fault08", nil)
+	kubeletDir := shortTempDir(t)
+	peer := harness.StartKubeletPeer(t, kubeletDir)
+	a := startAgent(t, agentSpec{
+		Node: node, FakeNode: "a100-80gb-mixed", Rules: migFile, KubeletDir: kubeletDir,
+		Kubeconfig: api.KubeconfigPath, Namespace: agentNamespace,
+	})
+	// The rest of the plan serves: GPU 0's other MIG devices and GPU 1.
+	waitCapacities(t, peer, map[string]int64{
+		"nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-1g.10gb": 1, "nvidia.com/gpu": 1,
+	})
+	a.waitMetric(t, "featureplug_plan_device_errors", func(v float64) bool { return v == 1 })
+	a.waitMetric(t, "featureplug_ready", func(v float64) bool { return v == 1 })
+	if got := a.metric(t, "featureplug_rule_reloads_total", `result="applied"`); got != 0 {
+		t.Errorf(`featureplug_rule_reloads_total{result="applied"} = %v with a device left out, want 0`, got)
+	}
+	if got := a.metric(t, "featureplug_rule_reloads_total", `result="partial"`); got != 1 {
+		t.Errorf(`featureplug_rule_reloads_total{result="partial"} = %v, want 1`, got)
+	}
+	rulesFaultWaitLog(t, a, "devices left out of the plan because of their rules; the rest is served", "1g.10gb+me")
+	if err := c.waitEvent(node, "DeviceRuleError"); err != nil {
+		t.Errorf("node %s: %v", node, err)
+	}
+	if code, body, err := a.get("/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("/readyz: %d %s %v", code, body, err)
+	}
+
+	// A file every device of which is left out is not "applied": the
+	// last good plan keeps serving.
+	invalid := a.metric(t, "featureplug_rule_reloads_total", `result="invalid"`)
+	writeFileAtomic(t, migFile, []byte(rulesFaultHeader+"- name: all-bad\n  devices: mig\n  resource: 'nvidia.com/mig {{ .profile }}'\n"))
+	a.waitMetric(t, "featureplug_rule_reloads_total", func(v float64) bool { return v > invalid }, `result="invalid"`)
+	if got := a.metric(t, "featureplug_rule_reloads_total", `result="applied"`); got != 0 {
+		t.Errorf(`featureplug_rule_reloads_total{result="applied"} = %v after a file that plans nothing, want 0`, got)
+	}
+	waitCapacities(t, peer, map[string]int64{"nvidia.com/mig-3g.40gb": 1, "nvidia.com/gpu": 1})
+}
+
+// TestFault15BadCommands: unknown subcommands fail naming the command; a
+// misspelt builtin rules name is neither a file nor a builtin, with a
+// suggestion, in check, explain and run alike; --node-labels is the flag
+// name everywhere, --node-label a deprecated alias that still works.
+func TestFault15BadCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs featureplug")
+	}
+	for _, args := range [][]string{{"rules", "frobnicate"}, {"frobnicate"}, {"rules", "check", "--frobnicate"}} {
+		_, stderr, code := rulesFaultCLI(t, args...)
+		if code == 0 || !strings.Contains(stderr, "frobnicate") {
+			t.Errorf("featureplug %v: exit %d, stderr:\n%s", args, code, stderr)
+		}
+	}
+	_, stderr, _ := rulesFaultCLI(t, "rules", "frobnicate")
+	if !strings.Contains(stderr, `unknown command "frobnicate" for "featureplug rules"`) {
+		t.Errorf("featureplug rules frobnicate: stderr:\n%s", stderr)
+	}
+
+	dir := t.TempDir()
+	const mixd = `rules "mixd" is neither a file nor a builtin (builtins: mixed, none, per-model, single); did you mean "mixed"?`
+	for _, args := range [][]string{
+		{"rules", "check", "mixd"},
+		{"rules", "explain", "--rules", "mixd", "--fake-node", "dgx-a100"},
+		{"run", "--rules", "mixd", "--fake-node", "dgx-a100", "--node-name", "fault15", "--publish", "none",
+			"--kubelet-dir", dir, "--metrics-addr", ""},
+	} {
+		cmd := exec.Command(build.agent, args...)
+		cmd.Dir = dir // no file called mixd here
+		cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT=")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), mixd) {
+			t.Errorf("featureplug %v: %v, output:\n%s\nwant %q", args, err, out, mixd)
+		}
+	}
+
+	pools := rulesFaultWrite(t, dir, "pools.yaml", rulesFaultHeader+`- name: inference
+  devices: gpu
+  nodeSelector:
+    matchLabels: {pool: inference}
+  resource: example.com/inference
+`)
+	for _, flag := range []string{"--node-labels", "--node-label"} {
+		out, stderr, code := rulesFaultCLI(t, "rules", "explain", "--rules", pools, "--fake-node", "dgx-h100", flag, "pool=inference")
+		if code != 0 || !strings.Contains(out, "example.com/inference") {
+			t.Errorf("rules explain %s pool=inference: exit %d\n%s\n%s", flag, code, out, stderr)
+		}
+		if deprecated := strings.Contains(stderr, "flag --node-label is deprecated, use --node-labels"); deprecated != (flag == "--node-label") {
+			t.Errorf("rules explain %s: deprecation note %v:\n%s", flag, deprecated, stderr)
+		}
+	}
+	a := startAgent(t, agentSpec{Node: "fault15", FakeNode: "dgx-h100", Rules: pools, Extra: []string{"--node-label", "pool=inference"}})
+	a.waitMetric(t, "featureplug_plugin_devices", func(v float64) bool { return v == 8 }, `resource="example.com/inference"`)
+	rulesFaultWaitLog(t, a, "flag --node-label is deprecated, use --node-labels")
+}
