@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,38 +46,76 @@ type allocation struct {
 	count []int
 }
 
-// resolve maps a container request's device IDs to physical devices,
-// rejecting unknown IDs and requests that break failRequestsGreaterThanOne.
-func (ds *deviceSet) resolve(ids []string) (allocation, error) {
+// resolve maps a container request's device IDs to physical devices.
+// Unknown and repeated IDs are InvalidArgument, as are requests that break
+// failRequestsGreaterThanOne; a device that is Unhealthy now (bad[phys],
+// bad may be nil) is FailedPrecondition. Errors name at most a handful of
+// IDs.
+func (ds *deviceSet) resolve(ids []string, bad []bool) (allocation, error) {
 	name := ds.resource.Name
 	if len(ids) == 0 {
 		return allocation{}, status.Errorf(codes.InvalidArgument, "resource %s: container request names no devices", name)
 	}
-	var unknown []string
-	perPhys := make(map[int]int, len(ids))
-	seen := make(map[int]bool, len(ids))
+	if len(ids) > len(ds.logical) {
+		// More IDs than the resource has: some are unknown or repeated.
+		return allocation{}, status.Errorf(codes.InvalidArgument, "resource %s: container request names %d device IDs, more than the %d the resource has", name, len(ids), len(ds.logical))
+	}
+	var unknown, dups, sick idSample
+	// Small requests on small sets (the common case) keep their
+	// bookkeeping on the stack: Allocate is on the pod start path.
+	var physBuf, seenBuf [16]int
+	var perPhys []int
+	if n := len(ds.physical); n <= len(physBuf) {
+		perPhys = physBuf[:n]
+	} else {
+		perPhys = make([]int, n)
+	}
+	seenList := seenBuf[:0]
+	var seenMap map[int]struct{}
+	if len(ids) > len(seenBuf) {
+		seenMap = make(map[int]struct{}, len(ids))
+	}
+	nseen := 0
 	for _, id := range ids {
 		i, ok := ds.byID[id]
 		if !ok {
-			unknown = append(unknown, id)
+			unknown.add(id)
 			continue
 		}
-		if seen[i] {
+		again := false
+		if seenMap != nil {
+			_, again = seenMap[i]
+			seenMap[i] = struct{}{}
+		} else {
+			again = slices.Contains(seenList, i)
+			seenList = append(seenList, i)
+		}
+		if again {
+			dups.add(id)
 			continue
 		}
-		seen[i] = true
-		perPhys[ds.logical[i].phys]++
+		nseen++
+		p := ds.logical[i].phys
+		if bad != nil && bad[p] {
+			sick.add(id)
+		}
+		perPhys[p]++
 	}
-	if len(unknown) > 0 {
-		return allocation{}, status.Errorf(codes.InvalidArgument, "resource %s: unknown device IDs %q", name, unknown)
+	switch {
+	case unknown.n > 0:
+		return allocation{}, status.Errorf(codes.InvalidArgument, "resource %s: %s", name, unknown.describe("unknown"))
+	case dups.n > 0:
+		return allocation{}, status.Errorf(codes.InvalidArgument, "resource %s: %s (each device may be named once per container)", name, dups.describe("repeated"))
+	case sick.n > 0:
+		return allocation{}, status.Errorf(codes.FailedPrecondition, "resource %s: %s (the device failed a health check and is advertised Unhealthy)", name, sick.describe("unhealthy"))
 	}
-	if ds.replicas > 1 && ds.resource.Sharing.FailRequestsGreaterThanOne && len(seen) > 1 {
+	if ds.replicas > 1 && ds.resource.Sharing.FailRequestsGreaterThanOne && nseen > 1 {
 		return allocation{}, status.Errorf(codes.InvalidArgument,
-			"resource %s: request for %d shared devices %q, but the resource allows one per container (failRequestsGreaterThanOne)", name, len(seen), ids)
+			"resource %s: request for %d shared devices (%s), but the resource allows one per container (failRequestsGreaterThanOne)", name, nseen, idList("requested", ids, len(ids)))
 	}
 	var a allocation
-	for p := range ds.physical {
-		if n := perPhys[p]; n > 0 {
+	for p, n := range perPhys {
+		if n > 0 {
 			a.phys = append(a.phys, p)
 			a.count = append(a.count, n)
 		}
@@ -84,9 +123,17 @@ func (ds *deviceSet) resolve(ids []string) (allocation, error) {
 	return a, nil
 }
 
-// containerResponse builds the Allocate answer for one container.
+// containerResponse builds the Allocate answer for one container, with
+// every device taken as healthy.
 func (ds *deviceSet) containerResponse(ids []string, o *Options) (*pluginapi.ContainerAllocateResponse, error) {
-	a, err := ds.resolve(ids)
+	return ds.allocate(ids, o, nil)
+}
+
+// allocate builds the Allocate answer for one container; bad[p] (bad may
+// be nil) says physical device p is Unhealthy now, and a request naming
+// one is refused.
+func (ds *deviceSet) allocate(ids []string, o *Options, bad []bool) (*pluginapi.ContainerAllocateResponse, error) {
+	a, err := ds.resolve(ids, bad)
 	if err != nil {
 		return nil, err
 	}

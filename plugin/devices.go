@@ -172,11 +172,18 @@ func equalLinks(a, b discovery.LinkMatrix) bool {
 type healthFunc func(d *rules.Device) bool
 
 // apiDevices builds the ListAndWatch device list and counts the unhealthy
-// logical devices.
-func (ds *deviceSet) apiDevices(unhealthy healthFunc) ([]*pluginapi.Device, int) {
-	bad := make([]bool, len(ds.physical))
-	for i := range ds.physical {
-		bad[i] = unhealthy != nil && unhealthy(&ds.physical[i])
+// logical devices. bad[p] says physical device p is Unhealthy; bad is nil
+// when every device is healthy.
+func (ds *deviceSet) apiDevices(unhealthy healthFunc) (out []*pluginapi.Device, bad []bool, nbad int) {
+	if unhealthy != nil {
+		for i := range ds.physical {
+			if unhealthy(&ds.physical[i]) {
+				if bad == nil {
+					bad = make([]bool, len(ds.physical))
+				}
+				bad[i] = true
+			}
+		}
 	}
 	topo := make([]*pluginapi.TopologyInfo, len(ds.physical))
 	for i, d := range ds.physical {
@@ -184,17 +191,16 @@ func (ds *deviceSet) apiDevices(unhealthy healthFunc) ([]*pluginapi.Device, int)
 			topo[i] = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(d.NUMANode)}}}
 		}
 	}
-	out := make([]*pluginapi.Device, len(ds.logical))
-	nbad := 0
+	out = make([]*pluginapi.Device, len(ds.logical))
 	for i, l := range ds.logical {
 		h := pluginapi.Healthy
-		if bad[l.phys] {
+		if bad != nil && bad[l.phys] {
 			h = pluginapi.Unhealthy
 			nbad++
 		}
 		out[i] = &pluginapi.Device{ID: l.id, Health: h, Topology: topo[l.phys]}
 	}
-	return out, nbad
+	return out, bad, nbad
 }
 
 // sameAPIDevices reports whether two ListAndWatch lists are equal, so an

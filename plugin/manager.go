@@ -29,17 +29,25 @@ type Manager struct {
 	deps    serverDeps
 	metrics *metrics
 	health  *healthTracker
+	events  *eventLog
 	kubelet string
+	// newWatcher creates the file-system watcher; tests replace it.
+	newWatcher func() (*fsnotify.Watcher, error)
 
 	mu       sync.Mutex
 	state    managerState
 	plan     *rules.Plan
 	servers  map[string]*server // by resource name
 	bySocket map[string]*server
-	// first holds the resource names of the first Plan; ready latches once
-	// all of them were registered.
-	first []string
-	ready bool
+	// watch is the directory watch; dirPresent whether the device-plugin
+	// directory was there at the last look; kubeletSeen is kubelet.sock
+	// as the backstop last saw it (nil: missing).
+	watch       dirWatch
+	dirPresent  bool
+	kubeletSeen os.FileInfo
+	// watchFailed is set while no watch could be added (the backstop
+	// alone notices changes).
+	watchFailed bool
 }
 
 // managerState is where a Manager is in its life.
@@ -63,14 +71,16 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		opts:     o,
-		metrics:  met,
-		kubelet:  filepath.Join(o.KubeletDir, KubeletSocket),
-		servers:  map[string]*server{},
-		bySocket: map[string]*server{},
+		opts:       o,
+		metrics:    met,
+		kubelet:    filepath.Join(o.KubeletDir, KubeletSocket),
+		newWatcher: fsnotify.NewWatcher,
+		servers:    map[string]*server{},
+		bySocket:   map[string]*server{},
 	}
 	m.deps = serverDeps{opts: &m.opts, log: o.Logger, metrics: met}
-	m.health = newHealthTracker(o.Clock, o.HealthRecovery, func(keys []string) {
+	m.events = newEventLog(o.Clock, healthLogInterval, o.Logger)
+	m.health = newHealthTracker(o.Clock, o.HealthRecovery, newHealthStore(o.StateDir), o.Logger, met, func(keys []string) {
 		o.Logger.Info("devices recovered after a quiet period", "devices", keys, "quietPeriod", o.HealthRecovery)
 		m.refreshHealth()
 	})
@@ -94,12 +104,6 @@ func (m *Manager) Apply(plan *rules.Plan) error {
 		return errors.New("plugin manager: Apply after Run returned")
 	}
 	m.metrics.applies.WithLabelValues("ok").Inc()
-	if m.first == nil {
-		m.first = make([]string, 0, len(plan.Resources))
-		for _, r := range plan.Resources {
-			m.first = append(m.first, r.Name)
-		}
-	}
 	m.plan = plan
 	if m.state == stateNew {
 		return nil
@@ -107,7 +111,9 @@ func (m *Manager) Apply(plan *rules.Plan) error {
 	return m.applyLocked()
 }
 
-// validatePlan checks every resource of a plan.
+// validatePlan checks every resource of a plan. Checks that span the
+// whole plan (caps on sizes) belong at the end, next to the per-resource
+// ones.
 func validatePlan(plan *rules.Plan) error {
 	if plan == nil {
 		return errors.New("plugin: nil plan")
@@ -123,6 +129,11 @@ func validatePlan(plan *rules.Plan) error {
 		if err := validateResource(i, r); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// The caps on replicas and device IDs, by the same code as the planner
+	// and `rules check`: a plan made some other way is refused too.
+	if err := rules.ValidatePlan(plan); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("plugin: invalid plan: %w", errors.Join(errs...))
@@ -181,9 +192,9 @@ func (m *Manager) Health(ev discovery.HealthEvent) {
 		m.opts.Logger.Warn("ignoring a health event that names no device", "kind", ev.Kind, "xid", ev.XID)
 		return
 	}
-	m.metrics.healthEvents.WithLabelValues(string(ev.Kind), xidLabel(ev.XID)).Inc()
+	m.metrics.healthEvents.WithLabelValues(kindLabel(ev.Kind), xidLabel(ev.XID)).Inc()
 	newly := m.health.record(ev)
-	m.opts.Logger.Warn("device unhealthy", "gpu", ev.GPUUUID, "mig", ev.MIGUUID, "kind", ev.Kind, "xid", ev.XID)
+	m.events.event(ev)
 	if newly {
 		m.refreshHealth()
 	}
@@ -223,32 +234,35 @@ func (m *Manager) Registered(resource string) bool {
 	return s != nil && s.isRegistered()
 }
 
-// Ready reports whether every resource of the first Plan (still in the
-// plan) has been registered with the kubelet. Once true it stays true, so
-// a kubelet restart does not make the agent unready.
+// Ready reports whether a plan is applied, Run is serving it and every
+// resource of the current plan is registered with the kubelet that owns
+// kubelet.sock now. It follows the registration state: a kubelet that goes
+// away (or a directory that is deleted) makes the manager unready until
+// every resource has registered again.
 func (m *Manager) Ready() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.ready {
-		return true
-	}
-	if m.first == nil || m.state != stateRunning {
+	if m.plan == nil || m.state != stateRunning {
 		return false
 	}
-	for _, name := range m.first {
-		if s := m.servers[name]; s != nil && !s.isRegistered() {
+	for _, r := range m.plan.Resources {
+		if s := m.servers[r.Name]; s == nil || !s.isRegistered() {
 			return false
 		}
 	}
-	m.ready = true
 	return true
 }
 
 // Run serves the applied plans and watches the device-plugin directory
 // until ctx is done: a re-created kubelet.sock makes every server register
-// again, and a server whose socket vanished is restarted. It returns nil
-// when ctx is done (after stopping every server and removing its socket),
-// or an error at once when the directory cannot be watched.
+// again, a server whose socket vanished is restarted, and a directory that
+// is deleted and re-created is watched again (its nearest existing
+// ancestor is watched meanwhile). A periodic check (Options.WatchBackstop)
+// catches what the watch misses, and is all there is when no inotify
+// instance can be had. On start, featureplug's own sockets that the plan
+// does not serve are removed. Run returns nil when ctx is done, after
+// stopping every server and removing its socket, or an error at once when
+// the directory cannot be created.
 func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
 	if m.state != stateNew {
@@ -259,23 +273,36 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Unlock()
 	defer m.shutdown()
 
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("plugin manager: creating file-system watcher: %w", err)
-	}
-	defer func() {
-		if err := w.Close(); err != nil {
-			m.opts.Logger.Warn("closing file-system watcher", "err", err)
-		}
-	}()
 	if err := os.MkdirAll(m.opts.KubeletDir, 0o750); err != nil {
 		return fmt.Errorf("plugin manager: creating %s: %w", m.opts.KubeletDir, err)
 	}
-	if err := w.Add(m.opts.KubeletDir); err != nil {
-		return fmt.Errorf("plugin manager: watching %s: %w", m.opts.KubeletDir, err)
+	w, err := m.newWatcher()
+	if err != nil {
+		m.opts.Logger.Warn("no file-system watcher for the device-plugin directory; checking it periodically instead",
+			"dir", m.opts.KubeletDir, "interval", m.opts.WatchBackstop, "err", err)
+		m.metrics.watchFallback.Set(1)
+		w = nil
+	} else {
+		defer func() {
+			if err := w.Close(); err != nil {
+				m.opts.Logger.Warn("closing file-system watcher", "err", err)
+			}
+		}()
+	}
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if w != nil {
+		events, errs = w.Events, w.Errors
 	}
 
 	m.mu.Lock()
+	m.watch = dirWatch{w: w, dir: m.opts.KubeletDir}
+	m.dirPresent = true
+	if w != nil {
+		m.rearmLocked()
+	}
+	m.removeStaleSocketsLocked()
+	m.kubeletSeen, _ = os.Stat(m.kubelet)
 	if m.plan != nil {
 		if err := m.applyLocked(); err != nil {
 			m.opts.Logger.Error("starting device plugins", "err", err)
@@ -285,52 +312,226 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(resyncInterval)
 	defer tick.Stop()
+	backstop := time.NewTicker(m.opts.WatchBackstop)
+	defer backstop.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-w.Events:
+		case ev, ok := <-events:
 			if !ok {
 				return errors.New("plugin manager: file-system watcher closed")
 			}
 			m.handleEvent(ev)
-		case err, ok := <-w.Errors:
+		case err, ok := <-errs:
 			if !ok {
 				return errors.New("plugin manager: file-system watcher closed")
 			}
 			m.opts.Logger.Warn("file-system watcher error; resynchronizing", "dir", m.opts.KubeletDir, "err", err)
 			m.resync()
+		case <-backstop.C:
+			m.backstop()
 		case <-tick.C:
 			m.resync()
 		}
 	}
 }
 
-// handleEvent reacts to one change in the device-plugin directory.
+// rearmLocked moves the watch onto the directory or its nearest ancestor
+// and reacts to the directory going away or coming back.
+func (m *Manager) rearmLocked() {
+	present, err := m.watch.arm()
+	switch {
+	case err != nil:
+		if !m.watchFailed {
+			m.opts.Logger.Warn("cannot watch the device-plugin directory; checking it periodically instead",
+				"dir", m.opts.KubeletDir, "interval", m.opts.WatchBackstop, "err", err)
+		}
+		m.watchFailed = true
+		m.metrics.watchFallback.Set(1)
+		present = isDir(m.opts.KubeletDir)
+	case m.watchFailed:
+		m.opts.Logger.Info("watching the device-plugin directory again", "dir", m.opts.KubeletDir, "watching", m.watch.on)
+		m.watchFailed = false
+		m.metrics.watchFallback.Set(0)
+	}
+	m.setPresentLocked(present)
+}
+
+// setPresentLocked records whether the device-plugin directory exists, and
+// acts when that changed: servers lose their registration while it is
+// gone, and come back (sockets re-created, registration asked) with it.
+func (m *Manager) setPresentLocked(present bool) {
+	was := m.dirPresent
+	m.dirPresent = present
+	switch {
+	case was && !present:
+		m.opts.Logger.Warn("device-plugin directory removed; no resource is served until it is back",
+			"dir", m.opts.KubeletDir, "watching", m.watch.on)
+		m.kubeletSeen = nil
+		for _, s := range m.servers {
+			s.kubeletLost()
+		}
+	case !was && present:
+		m.opts.Logger.Info("device-plugin directory is back; serving and registering again", "dir", m.opts.KubeletDir)
+		m.kubeletSeen, _ = os.Stat(m.kubelet)
+		m.restartMissingLocked()
+		for _, s := range m.servers {
+			s.requestRegistration()
+		}
+	}
+}
+
+// handleEvent reacts to one change in the device-plugin directory or, while
+// it is missing, in the ancestor watched instead.
 func (m *Manager) handleEvent(ev fsnotify.Event) {
 	gone := ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.state != stateRunning {
+		return
+	}
+	if gone && m.watch.gone(ev.Name) {
+		// The watched directory itself went away. It may be back already
+		// (the event can arrive after a quick re-creation), but whatever
+		// is in it now is new: mark it gone first, so that coming back
+		// re-creates the sockets and registers again.
+		m.setPresentLocked(false)
+		m.rearmLocked()
+		return
+	}
+	if !m.watch.present() {
+		if m.watch.concerns(ev.Name) {
+			m.rearmLocked()
+		}
+		return
+	}
 	if ev.Name == m.kubelet {
 		switch {
 		case ev.Has(fsnotify.Create):
 			m.opts.Logger.Info("kubelet socket created; registering every device plugin", "socket", ev.Name)
+			m.kubeletSeen, _ = os.Stat(m.kubelet)
+			m.restartMissingLocked()
 			for _, s := range m.servers {
 				s.requestRegistration()
 			}
 		case gone:
 			m.opts.Logger.Info("kubelet socket removed", "socket", ev.Name)
+			m.kubeletSeen = nil
 			for _, s := range m.servers {
 				s.kubeletLost()
 			}
 		}
 		return
 	}
-	if s := m.bySocket[ev.Name]; s != nil && gone && !exists(s.socket) {
-		m.opts.Logger.Info("device-plugin socket removed; restarting its server", "resource", s.name, "socket", s.socket)
-		if err := s.restart(); err != nil {
-			m.opts.Logger.Error("restarting device plugin", "resource", s.name, "err", err)
+	s := m.bySocket[ev.Name]
+	if s == nil || !gone || exists(s.socket) {
+		return
+	}
+	if !exists(m.kubelet) {
+		// A socket removed while kubelet.sock is missing is a kubelet
+		// restart cleaning the directory, or the directory being deleted:
+		// the server stops listening now (a listener on a deleted socket
+		// keeps the deleted directory alive, and its deletion unseen) and
+		// comes back when kubelet.sock does. Re-creating the socket now
+		// would race a recursive delete of the directory.
+		m.opts.Logger.Info("device-plugin socket removed while the kubelet is away; serving it again when kubelet.sock is back", "resource", s.name, "socket", s.socket)
+		s.stopGRPC()
+		return
+	}
+	m.opts.Logger.Info("device-plugin socket removed; restarting its server", "resource", s.name, "socket", s.socket)
+	if err := s.restart(); err != nil {
+		m.opts.Logger.Error("restarting device plugin", "resource", s.name, "err", err)
+	}
+}
+
+// backstop is the periodic check behind the watch: a few stat calls that
+// catch a directory or kubelet.sock change, or a missing plugin socket,
+// whose event was missed (or that no watch could see).
+func (m *Manager) backstop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.state != stateRunning {
+		return
+	}
+	switch {
+	case m.watch.w == nil:
+		m.setPresentLocked(isDir(m.opts.KubeletDir))
+	case m.watchFailed || m.watch.stale():
+		m.rearmLocked()
+	}
+	if !m.dirPresent {
+		return
+	}
+	st, err := os.Stat(m.kubelet)
+	if err != nil {
+		st = nil
+	}
+	switch {
+	case st == nil && m.kubeletSeen != nil:
+		m.opts.Logger.Info("kubelet socket removed (found by the periodic check)", "socket", m.kubelet)
+		for _, s := range m.servers {
+			s.kubeletLost()
 		}
+	case st != nil && !sameFileTime(st, m.kubeletSeen):
+		m.opts.Logger.Info("kubelet socket created (found by the periodic check); registering every device plugin", "socket", m.kubelet)
+		for _, s := range m.servers {
+			s.requestRegistration()
+		}
+	}
+	m.kubeletSeen = st
+	m.restartMissingLocked()
+}
+
+// sameFileTime reports whether a and b are the same file with the same
+// modification time; b may be nil.
+func sameFileTime(a, b os.FileInfo) bool {
+	return b != nil && os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
+}
+
+// restartMissingLocked restarts the servers whose socket is missing.
+func (m *Manager) restartMissingLocked() {
+	if !isDir(m.opts.KubeletDir) {
+		return
+	}
+	for _, s := range m.servers {
+		if !exists(s.socket) {
+			m.opts.Logger.Info("device-plugin socket missing; restarting its server", "resource", s.name, "socket", s.socket)
+			if err := s.restart(); err != nil {
+				m.opts.Logger.Error("restarting device plugin", "resource", s.name, "err", err)
+			}
+		}
+	}
+}
+
+// removeStaleSocketsLocked removes featureplug's own sockets in the
+// device-plugin directory that the current plan does not serve: left over
+// from a process that was killed, or from a resource removed across a
+// restart. Other plugins' sockets and kubelet.sock are never touched.
+func (m *Manager) removeStaleSocketsLocked() {
+	entries, err := os.ReadDir(m.opts.KubeletDir)
+	if err != nil {
+		m.opts.Logger.Warn("listing the device-plugin directory for stale sockets", "dir", m.opts.KubeletDir, "err", err)
+		return
+	}
+	keep := map[string]bool{}
+	if m.plan != nil {
+		for _, r := range m.plan.Resources {
+			if p, err := SocketPath(m.opts.KubeletDir, r.Name); err == nil {
+				keep[p] = true
+			}
+		}
+	}
+	for _, e := range entries {
+		path := filepath.Join(m.opts.KubeletDir, e.Name())
+		if !isOwnSocketName(e.Name()) || e.Type()&os.ModeSocket == 0 || keep[path] {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			m.opts.Logger.Warn("removing a stale device-plugin socket", "socket", path, "err", err)
+			continue
+		}
+		m.opts.Logger.Info("removed a stale device-plugin socket the plan does not serve", "socket", path)
 	}
 }
 
@@ -342,15 +543,8 @@ func (m *Manager) resync() {
 	if m.state != stateRunning {
 		return
 	}
-	for _, s := range m.servers {
-		if !exists(s.socket) {
-			m.opts.Logger.Info("device-plugin socket missing; restarting its server", "resource", s.name, "socket", s.socket)
-			if err := s.restart(); err != nil {
-				m.opts.Logger.Error("restarting device plugin", "resource", s.name, "err", err)
-			}
-		}
-	}
-	if m.plan != nil && len(m.servers) != len(m.plan.Resources) {
+	m.restartMissingLocked()
+	if m.plan != nil && len(m.servers) != len(m.plan.Resources) && m.dirPresent {
 		if err := m.applyLocked(); err != nil {
 			m.opts.Logger.Error("starting device plugins", "err", err)
 		}
@@ -365,6 +559,7 @@ func (m *Manager) resync() {
 // shutdown stops every server and the health timers.
 func (m *Manager) shutdown() {
 	m.health.close()
+	m.events.close()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.state = stateStopped

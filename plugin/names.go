@@ -53,6 +53,14 @@ func SocketPath(dir, resource string) (string, error) {
 	return filepath.Join(dir, socketPrefix+short+tail), nil
 }
 
+// isOwnSocketName reports whether a file name in the device-plugin
+// directory is one SocketPath gives: featureplug-<...>.sock. kubelet.sock
+// and other plugins' sockets never are.
+func isOwnSocketName(name string) bool {
+	return len(name) > len(socketPrefix)+len(socketSuffix) &&
+		strings.HasPrefix(name, socketPrefix) && strings.HasSuffix(name, socketSuffix)
+}
+
 // MPSPipeDir returns the MPS control daemon's pipe directory for resource:
 // <mpsRoot>/<sanitized resource name>/pipe. The agent starts the daemon
 // there; Allocate mounts it into containers.

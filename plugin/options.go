@@ -73,11 +73,16 @@ const (
 	// DefaultHealthRecovery is the quiet period after which an unhealthy
 	// device becomes healthy again.
 	DefaultHealthRecovery = 5 * time.Minute
+	// DefaultWatchBackstop is how often the manager checks the
+	// device-plugin directory, kubelet.sock and its own sockets besides
+	// watching them.
+	DefaultWatchBackstop = 3 * time.Second
 )
 
 // Options configure a Manager. Start from DefaultOptions; NewManager fills
 // empty string and slice fields with their defaults but keeps durations as
-// given (a zero HealthRecovery disables recovery).
+// given (a zero HealthRecovery disables recovery), except a zero
+// WatchBackstop, which gets its default.
 type Options struct {
 	// KubeletDir is the kubelet's device-plugin directory, holding
 	// kubelet.sock and the plugin sockets.
@@ -110,8 +115,19 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer, when set, receives the manager's metrics.
 	Registerer prometheus.Registerer
-	// Clock is the time source of health recovery (default: system clock).
+	// Clock is the time source of health recovery and of the health-event
+	// log summaries (default: system clock).
 	Clock Clock
+	// StateDir holds the health state file (HealthStateFile), so devices
+	// found unhealthy stay Unhealthy across a restart of the agent until
+	// their recovery deadline; empty disables persistence.
+	StateDir string
+	// WatchBackstop is the interval of the periodic check behind the
+	// directory watch: a stat of the directory, kubelet.sock and each
+	// plugin socket, catching changes whose events were missed, and doing
+	// all the watching when no inotify instance can be had (default
+	// DefaultWatchBackstop).
+	WatchBackstop time.Duration
 }
 
 // DefaultOptions returns the options featureplug runs with by default.
@@ -125,6 +141,7 @@ func DefaultOptions() Options {
 		ReplicaPolicy:        ReplicasDistributed,
 		HealthRecovery:       DefaultHealthRecovery,
 		MPSRoot:              DefaultMPSRoot,
+		WatchBackstop:        DefaultWatchBackstop,
 	}
 }
 
@@ -157,6 +174,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = systemClock{}
+	}
+	if o.WatchBackstop == 0 {
+		o.WatchBackstop = DefaultWatchBackstop
+	}
+	if o.StateDir != "" {
+		o.StateDir = filepath.Clean(o.StateDir)
 	}
 
 	var errs []error
@@ -203,6 +226,12 @@ func (o Options) withDefaults() (Options, error) {
 		errs = append(errs, fmt.Errorf("kubeletDir: %q is not an absolute path", o.KubeletDir))
 	} else if _, err := SocketPath(o.KubeletDir, "a.b/c"); err != nil {
 		errs = append(errs, fmt.Errorf("kubeletDir: %w", err))
+	}
+	if o.WatchBackstop < 0 {
+		errs = append(errs, fmt.Errorf("watchBackstop: %v is negative", o.WatchBackstop))
+	}
+	if o.StateDir != "" && !filepath.IsAbs(o.StateDir) {
+		errs = append(errs, fmt.Errorf("stateDir: %q is not an absolute path", o.StateDir))
 	}
 	if !filepath.IsAbs(o.MPSRoot) {
 		errs = append(errs, fmt.Errorf("mpsRoot: %q is not an absolute path", o.MPSRoot))

@@ -12,20 +12,39 @@ import (
 const maxCombinations = 20000
 
 // preferred picks size logical devices from available, including every
+// mustInclude device, with every device taken as healthy.
+func (ds *deviceSet) preferred(available, mustInclude []string, size int, policy ReplicaPolicy) ([]string, error) {
+	return ds.pick(available, mustInclude, size, policy, nil)
+}
+
+// pick picks size logical devices from available, including every
 // mustInclude device. Whole devices are chosen by the highest sum of
 // pairwise link scores, then the fewest NUMA nodes, then the lowest
-// indexes; replicas follow the replica policy. It returns InvalidArgument
-// when the request cannot be met.
-func (ds *deviceSet) preferred(available, mustInclude []string, size int, policy ReplicaPolicy) ([]string, error) {
+// indexes; replicas follow the replica policy. A device that is Unhealthy
+// now (bad[phys]; bad may be nil) is never picked from available, even
+// when the kubelet offers it; a must-include device is kept whatever its
+// health, since the kubelet ignores an answer without it (Allocate then
+// refuses it while it is Unhealthy). It returns InvalidArgument when the
+// request cannot be met and FailedPrecondition when only the Unhealthy
+// devices keep it from being met. Errors name at most a handful of IDs.
+func (ds *deviceSet) pick(available, mustInclude []string, size int, policy ReplicaPolicy, bad []bool) ([]string, error) {
 	name := ds.resource.Name
+	if len(available) > 2*len(ds.logical)+maxNamedIDs {
+		// Far more IDs than the resource has: bound the work on a bogus
+		// request before looking at it.
+		return nil, status.Errorf(codes.InvalidArgument, "resource %s: request offers %d available device IDs; the resource has %d", name, len(available), len(ds.logical))
+	}
+	if len(mustInclude) > len(available) {
+		return nil, status.Errorf(codes.InvalidArgument, "resource %s: %d must-include device IDs, more than the %d available ones", name, len(mustInclude), len(available))
+	}
 	inAvail := make([]bool, len(ds.logical))
 	nAvail := 0
-	var unknown []string
+	var unknown, notAvail idSample
 	for _, id := range available {
 		i, ok := ds.byID[id]
 		switch {
 		case !ok:
-			unknown = append(unknown, id)
+			unknown.add(id)
 		case !inAvail[i]:
 			inAvail[i] = true
 			nAvail++
@@ -33,30 +52,40 @@ func (ds *deviceSet) preferred(available, mustInclude []string, size int, policy
 	}
 	inMust := make([]bool, len(ds.logical))
 	var must []int
-	var notAvail []string
 	for _, id := range mustInclude {
 		i, ok := ds.byID[id]
 		switch {
 		case !ok:
-			unknown = append(unknown, id)
+			unknown.add(id)
 		case !inAvail[i]:
-			notAvail = append(notAvail, id)
+			notAvail.add(id)
 		case !inMust[i]:
 			inMust[i] = true
 			must = append(must, i)
 		}
 	}
+	nSick := 0
+	if bad != nil {
+		for i, ok := range inAvail {
+			if ok && !inMust[i] && bad[ds.logical[i].phys] {
+				inAvail[i] = false
+				nSick++
+			}
+		}
+	}
 	switch {
-	case len(unknown) > 0:
-		return nil, status.Errorf(codes.InvalidArgument, "resource %s: unknown device IDs %q", name, unknown)
-	case len(notAvail) > 0:
-		return nil, status.Errorf(codes.InvalidArgument, "resource %s: must-include device IDs %q are not among the available ones", name, notAvail)
+	case unknown.n > 0:
+		return nil, status.Errorf(codes.InvalidArgument, "resource %s: %s", name, unknown.describe("unknown"))
+	case notAvail.n > 0:
+		return nil, status.Errorf(codes.InvalidArgument, "resource %s: %s: not among the available ones", name, notAvail.describe("must-include"))
 	case size < 1:
 		return nil, status.Errorf(codes.InvalidArgument, "resource %s: allocation size %d is less than 1", name, size)
 	case size > nAvail:
 		return nil, status.Errorf(codes.InvalidArgument, "resource %s: allocation size %d is more than the %d available devices", name, size, nAvail)
 	case len(must) > size:
-		return nil, status.Errorf(codes.InvalidArgument, "resource %s: %d must-include devices %q do not fit allocation size %d", name, len(must), mustInclude, size)
+		return nil, status.Errorf(codes.InvalidArgument, "resource %s: %d must-include devices do not fit allocation size %d", name, len(must), size)
+	case size > nAvail-nSick:
+		return nil, status.Errorf(codes.FailedPrecondition, "resource %s: allocation size %d is more than the %d available healthy devices (%d available devices are Unhealthy)", name, size, nAvail-nSick, nSick)
 	}
 
 	var picked []int

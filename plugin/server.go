@@ -24,10 +24,26 @@ const (
 	registerTimeout = 5 * time.Second
 	// registerBackoffMin and registerBackoffMax bound the wait between
 	// failed registration attempts; it doubles after each failure and
-	// starts again from the minimum when a new kubelet socket appears
-	// (which can refuse connections for a moment after it is created).
-	registerBackoffMin = 20 * time.Millisecond
+	// starts again from the minimum when a new kubelet socket appears.
+	// A restarting kubelet binds its socket (the file appears, and the
+	// manager asks for registration at once) a moment before it listens,
+	// and a dial in between is refused: retries of 1, 2, 4, 8 ms ... catch
+	// the listen within a millisecond or two, and the 10 retries of the
+	// first second cost nothing next to the kubelet's own start. Past that
+	// the wait keeps doubling up to the maximum.
+	registerBackoffMin = time.Millisecond
 	registerBackoffMax = 10 * time.Second
+	// registerLogInterval is the least time between two log lines about
+	// failed registrations of one resource: the first failure is logged at
+	// once, later ones as a summary with their count.
+	registerLogInterval = 30 * time.Second
+)
+
+// Results of featureplug_plugin_registrations_total.
+const (
+	regOK             = "ok"
+	regError          = "error"
+	regKubeletMissing = "kubelet-missing"
 )
 
 // KubeletSocket is the name of the kubelet's registration socket in the
@@ -45,8 +61,11 @@ type serverDeps struct {
 // replaced, never changed; changed is closed when a newer snapshot holds a
 // different list.
 type snapshot struct {
-	set     *deviceSet
-	api     []*pluginapi.Device
+	set *deviceSet
+	api []*pluginapi.Device
+	// bad[p] says physical device p of set is Unhealthy; nil when all
+	// are healthy.
+	bad     []bool
 	changed chan struct{}
 }
 
@@ -91,9 +110,10 @@ func newServer(name, socket string, set *deviceSet, health healthFunc, deps *ser
 		kick:     make(chan struct{}, 1),
 		loopDone: make(chan struct{}),
 	}
-	api, bad := set.apiDevices(health)
-	s.snap = &snapshot{set: set, api: api, changed: make(chan struct{})}
-	deps.metrics.setDevices(name, len(api), bad)
+	api, bad, nbad := set.apiDevices(health)
+	s.snap = &snapshot{set: set, api: api, bad: bad, changed: make(chan struct{})}
+	deps.metrics.setDevices(name, len(api), nbad)
+	deps.metrics.initRegistrations(name)
 	return s
 }
 
@@ -116,7 +136,7 @@ func (s *server) serve() error {
 	if err != nil {
 		return fmt.Errorf("resource %s: listening on %s: %w", s.name, s.socket, err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(maxRequestBytes))
 	pluginapi.RegisterDevicePluginServer(g, s)
 	s.mu.Lock()
 	s.grpc = g
@@ -198,10 +218,10 @@ func (s *server) current() *snapshot {
 // setDevices installs a device set with the given health and pushes the
 // list to open ListAndWatch streams when what the kubelet sees changed.
 func (s *server) setDevices(set *deviceSet, health healthFunc) {
-	api, bad := set.apiDevices(health)
+	api, bad, nbad := set.apiDevices(health)
 	s.mu.Lock()
 	old := s.snap
-	next := &snapshot{set: set, api: api, changed: old.changed}
+	next := &snapshot{set: set, api: api, bad: bad, changed: old.changed}
 	push := !sameAPIDevices(old.api, api)
 	if push {
 		next.changed = make(chan struct{})
@@ -210,19 +230,22 @@ func (s *server) setDevices(set *deviceSet, health healthFunc) {
 	s.mu.Unlock()
 	if push {
 		close(old.changed)
-		s.log.Info("device list changed", "devices", len(api), "unhealthy", bad)
+		s.log.Info("device list changed", "devices", len(api), "unhealthy", nbad)
 	}
-	s.deps.metrics.setDevices(s.name, len(api), bad)
+	s.deps.metrics.setDevices(s.name, len(api), nbad)
 }
 
 // registerLoop registers whenever asked, retrying failures with a capped
-// exponential backoff, until the server stops.
+// exponential backoff, until the server stops. The first failure of a run
+// of failures is logged at once; later ones only as a summary at most every
+// registerLogInterval, and their end when a registration succeeds.
 func (s *server) registerLoop() {
 	defer close(s.loopDone)
 	delay := registerBackoffMin
 	var retry *time.Timer
 	var retryC <-chan time.Time
 	failures := 0
+	var firstFailure, lastLog time.Time
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -235,7 +258,7 @@ func (s *server) registerLoop() {
 			retry.Stop()
 			retry, retryC = nil, nil
 		}
-		err := s.registerOnce()
+		err := s.registerOnce(failures)
 		if err == nil {
 			delay, failures = registerBackoffMin, 0
 			continue
@@ -243,12 +266,17 @@ func (s *server) registerLoop() {
 		if s.ctx.Err() != nil {
 			return
 		}
+		now := time.Now()
 		failures++
-		level := slog.LevelDebug
-		if failures == 1 {
-			level = slog.LevelWarn
+		switch {
+		case failures == 1:
+			firstFailure, lastLog = now, now
+			s.log.Warn("registration with the kubelet failed; retrying", "err", err, "retryIn", delay)
+		case now.Sub(lastLog) >= registerLogInterval:
+			lastLog = now
+			s.log.Warn("registration with the kubelet still failing; retrying",
+				"err", err, "failures", failures, "since", firstFailure.Format(time.RFC3339), "retryIn", delay)
 		}
-		s.log.Log(s.ctx, level, "registration with the kubelet failed; retrying", "err", err, "retryIn", delay, "failures", failures)
 		retry = time.NewTimer(delay)
 		retryC = retry.C
 		delay = min(2*delay, registerBackoffMax)
@@ -256,17 +284,30 @@ func (s *server) registerLoop() {
 }
 
 // registerOnce registers the current instance unless it already is
-// registered with the kubelet that owns kubelet.sock now.
-func (s *server) registerOnce() error {
+// registered with the kubelet that owns kubelet.sock now. failures is the
+// number of failed attempts before this one, for the log.
+func (s *server) registerOnce(failures int) error {
 	kubelet := filepath.Join(s.deps.opts.KubeletDir, KubeletSocket)
 	st, err := os.Stat(kubelet)
 	if err != nil {
+		s.mu.Lock()
+		if s.registered {
+			s.registered = false
+			s.gen++
+		}
+		s.mu.Unlock()
+		s.deps.metrics.registrations.WithLabelValues(s.name, regKubeletMissing).Inc()
 		return fmt.Errorf("kubelet socket: %w", err)
 	}
-	s.mu.RLock()
-	gen, serving := s.gen, s.grpc != nil
-	done := s.registered && s.regStat != nil && os.SameFile(s.regStat, st)
-	s.mu.RUnlock()
+	s.mu.Lock()
+	if s.registered && (s.regStat == nil || !os.SameFile(s.regStat, st)) {
+		// kubelet.sock is another file now: a kubelet restart whose
+		// events were missed. Not registered with this one yet.
+		s.registered = false
+		s.gen++
+	}
+	gen, serving, done := s.gen, s.grpc != nil, s.registered
+	s.mu.Unlock()
 	if done || !serving {
 		return nil
 	}
@@ -278,17 +319,21 @@ func (s *server) registerOnce() error {
 		return fmt.Errorf("own socket not there yet: %w", err)
 	}
 	if err := s.register(kubelet); err != nil {
-		s.deps.metrics.registrations.WithLabelValues(s.name, "error").Inc()
+		s.deps.metrics.registrations.WithLabelValues(s.name, regError).Inc()
 		return err
 	}
-	s.deps.metrics.registrations.WithLabelValues(s.name, "ok").Inc()
+	s.deps.metrics.registrations.WithLabelValues(s.name, regOK).Inc()
 	s.mu.Lock()
 	if s.gen == gen {
 		s.registered = true
 		s.regStat = st
 	}
 	s.mu.Unlock()
-	s.log.Info("registered with the kubelet", "endpoint", filepath.Base(s.socket))
+	if failures > 0 {
+		s.log.Info("registered with the kubelet", "endpoint", filepath.Base(s.socket), "afterFailures", failures)
+	} else {
+		s.log.Info("registered with the kubelet", "endpoint", filepath.Base(s.socket))
+	}
 	return nil
 }
 
@@ -338,12 +383,12 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 
 // GetPreferredAllocation picks devices for each container request.
 func (s *server) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	set := s.current().set
+	snap := s.current()
 	resp := &pluginapi.PreferredAllocationResponse{
 		ContainerResponses: make([]*pluginapi.ContainerPreferredAllocationResponse, 0, len(req.GetContainerRequests())),
 	}
 	for i, cr := range req.GetContainerRequests() {
-		ids, err := set.preferred(cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()), s.deps.opts.ReplicaPolicy)
+		ids, err := snap.set.pick(cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()), s.deps.opts.ReplicaPolicy, snap.bad)
 		if err != nil {
 			return nil, status.Errorf(status.Code(err), "containerRequests[%d]: %s", i, status.Convert(err).Message())
 		}
@@ -360,16 +405,19 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 			return nil, status.Errorf(codes.Unavailable, "resource %s is not available yet: %s", s.name, reason)
 		}
 	}
-	set := s.current().set
+	snap := s.current()
 	resp := &pluginapi.AllocateResponse{
 		ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.GetContainerRequests())),
 	}
 	for i, cr := range req.GetContainerRequests() {
-		cresp, err := set.containerResponse(cr.GetDevicesIds(), s.deps.opts)
+		cresp, err := snap.set.allocate(cr.GetDevicesIds(), s.deps.opts, snap.bad)
 		if err != nil {
 			result := "error"
-			if status.Code(err) == codes.InvalidArgument {
+			switch status.Code(err) {
+			case codes.InvalidArgument:
 				result = "invalid"
+			case codes.FailedPrecondition:
+				result = "unhealthy"
 			}
 			s.deps.metrics.allocations.WithLabelValues(s.name, result).Inc()
 			return nil, status.Errorf(status.Code(err), "containerRequests[%d]: %s", i, status.Convert(err).Message())

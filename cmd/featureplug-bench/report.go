@@ -59,11 +59,14 @@ type Machine struct {
 // Figure is one figure: the median over rounds of a per-round value (all
 // samples of all rounds where a round takes several), with its goal.
 type Figure struct {
-	Name    string  `json:"name"`
-	Unit    string  `json:"unit"`
-	Median  float64 `json:"median"`
-	Min     float64 `json:"min"`
-	Max     float64 `json:"max"`
+	Name   string  `json:"name"`
+	Unit   string  `json:"unit"`
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	// P99 is the 99th percentile of all samples (the max when there are
+	// fewer than 100).
+	P99     float64 `json:"p99"`
 	Samples int     `json:"samples"`
 	// Goal is the goal's text ("< 20 ms"); empty for an informative figure.
 	Goal string `json:"goal,omitempty"`
@@ -77,10 +80,12 @@ const (
 	Miss = "MISS"
 )
 
-// goal is met when the median is below limit (or equal, with orEqual).
+// goal is met when the median (the p99 of all samples, with p99) is below
+// limit (or equal, with orEqual).
 type goal struct {
 	limit   float64
 	orEqual bool
+	p99     bool
 }
 
 func (g goal) met(v float64) bool { return v < g.limit || (g.orEqual && v == g.limit) }
@@ -93,7 +98,11 @@ func (g goal) text(unit string) string {
 	if g.orEqual {
 		op = "<="
 	}
-	return strings.TrimSpace(fmt.Sprintf("%s %s %s", op, formatValue(g.limit, unit), unit))
+	text := strings.TrimSpace(fmt.Sprintf("%s %s %s", op, formatValue(g.limit, unit), unit))
+	if g.p99 {
+		text = "p99 " + text
+	}
+	return text
 }
 
 // The goals, from the project's performance requirements.
@@ -102,6 +111,10 @@ const (
 	goalCallP99Ms    = 1
 	goalHealthMs     = 50
 	goalRestartMs    = 200
+	// goalRestartP99Ms is the re-registration goal for every restart, not
+	// only the typical one: the kubelet's bind-to-listen race must not
+	// cost a retry backoff.
+	goalRestartP99Ms = 5
 	goalRSSMB        = 25
 	// goalIdlePercent makes "idle CPU near zero" a number: under 0.5% of
 	// one core, i.e. less than 5 ms of CPU per second, which leaves room
@@ -193,6 +206,13 @@ func figureDefs(plan []rules.Resource, rounds []Round) []figureDef {
 			}
 			return out
 		}},
+		figureDef{"kubelet restart -> all re-registered, p99 of all restarts", "ms", &goal{limit: goalRestartP99Ms, p99: true}, func(r Round) []float64 {
+			var out []float64
+			for _, x := range r.Restarts {
+				out = append(out, x.RegisteredMs)
+			}
+			return out
+		}},
 		figureDef{"kubelet restart -> all listed again", "ms", nil, func(r Round) []float64 {
 			var out []float64
 			for _, x := range r.Restarts {
@@ -227,11 +247,16 @@ func figures(plan []rules.Resource, rounds []Round) []Figure {
 		f := Figure{
 			Name: d.name, Unit: d.unit, Samples: len(vals),
 			Median: median(vals), Min: percentile(vals, 0), Max: percentile(vals, 100),
+			P99: percentile(vals, 99),
 		}
 		if d.goal != nil {
 			f.Goal = d.goal.text(d.unit)
 			f.Result = Miss
-			if d.goal.met(f.Median) {
+			v := f.Median
+			if d.goal.p99 {
+				v = f.P99
+			}
+			if d.goal.met(v) {
 				f.Result = Pass
 			}
 		}
@@ -289,15 +314,15 @@ func writeTable(w io.Writer, r Report) error {
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.Kernel, r.Machine.Go,
 		r.Machine.LoadBefore, r.Machine.LoadAfter, r.Machine.Agent)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FIGURE\tUNIT\tMEDIAN\tMIN\tMAX\tGOAL\tRESULT")
+	fmt.Fprintln(tw, "FIGURE\tUNIT\tMEDIAN\tMIN\tMAX\tP99\tGOAL\tRESULT")
 	for _, f := range r.Figures {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.Unit,
-			formatValue(f.Median, f.Unit), formatValue(f.Min, f.Unit), formatValue(f.Max, f.Unit), f.Goal, f.Result)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.Unit,
+			formatValue(f.Median, f.Unit), formatValue(f.Min, f.Unit), formatValue(f.Max, f.Unit), formatValue(f.P99, f.Unit), f.Goal, f.Result)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "goals met: %d of %d (medians over rounds)\n", met, goals)
+	_, err := fmt.Fprintf(w, "goals met: %d of %d (medians over rounds, or p99 of all samples where the goal says p99)\n", met, goals)
 	return err
 }
 

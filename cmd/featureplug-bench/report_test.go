@@ -156,7 +156,8 @@ func TestWriteTable(t *testing.T) {
 		"fake node dgx-h100, rules mixed, 2 rounds, 10 calls",
 		"2 CPUs (Test CPU)",
 		"FIGURE", "launch -> all resources registered", "< 20.0 ms", "PASS",
-		"goals met: 9 of 9",
+		// The test rounds re-register in 5 ms: at the p99 goal, not under.
+		"p99 < 5.00 ms", "goals met: 9 of 10",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

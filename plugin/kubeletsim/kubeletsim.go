@@ -98,13 +98,18 @@ func (k *Kubelet) serve() error {
 	if err != nil {
 		return fmt.Errorf("kubeletsim: listening on %s: %w", k.socket, err)
 	}
+	k.serveListener(ln)
+	return nil
+}
+
+// serveListener serves the registration API on ln.
+func (k *Kubelet) serveListener(ln net.Listener) {
 	g := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(g, &registration{k: k})
 	k.mu.Lock()
 	k.grpc = g
 	k.mu.Unlock()
 	go func() { _ = g.Serve(ln) }()
-	return nil
 }
 
 // shutdown stops the registration server and drops every plugin
@@ -134,6 +139,14 @@ func (k *Kubelet) Stop() { k.shutdown() }
 // other sockets in the directory are deleted in between, as the kubelet's
 // device manager does when it starts.
 func (k *Kubelet) Restart(cleanPluginSockets bool) error {
+	if err := k.stopAndClean(cleanPluginSockets); err != nil {
+		return err
+	}
+	return k.serve()
+}
+
+// stopAndClean is the first half of a restart.
+func (k *Kubelet) stopAndClean(cleanPluginSockets bool) error {
 	k.shutdown()
 	if cleanPluginSockets {
 		entries, err := os.ReadDir(k.dir)
@@ -148,7 +161,7 @@ func (k *Kubelet) Restart(cleanPluginSockets bool) error {
 			}
 		}
 	}
-	return k.serve()
+	return nil
 }
 
 // notifyLocked wakes every WaitFor; k.mu must be held.
