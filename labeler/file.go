@@ -62,9 +62,12 @@ type FilePublisher struct {
 	clock  clock.PassiveClock
 	log    *slog.Logger
 
-	mu         sync.Mutex // serializes Publish; guards lastBody, lastExpiry
+	mu         sync.Mutex // serializes Publish; guards lastBody, lastExpiry, onDisk
 	lastBody   []byte
 	lastExpiry time.Time
+	// onDisk is the content the file last held by this publisher's
+	// account (written or found up to date); nil before the first.
+	onDisk []byte
 
 	writes, unchanged atomic.Uint64
 }
@@ -124,14 +127,26 @@ func (p *FilePublisher) Publish(ctx context.Context, c Content) error {
 	cur, err := os.ReadFile(p.path)
 	switch {
 	case err == nil && bytes.Equal(cur, data):
+		p.onDisk = data
 		p.unchanged.Add(1)
 		return nil
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("feature file %s: read current content: %w", p.path, err)
 	}
+	// A file that no longer holds what was last written here was deleted
+	// or edited behind the agent's back: say so, then repair it.
+	if p.onDisk != nil {
+		switch {
+		case err != nil:
+			p.log.Warn("feature file was deleted; rewriting it")
+		case !bytes.Equal(cur, p.onDisk):
+			p.log.Warn("feature file was changed by someone else; rewriting it", "bytes", len(cur))
+		}
+	}
 	if err := writeAtomic(p.path, data); err != nil {
 		return err
 	}
+	p.onDisk = data
 	p.writes.Add(1)
 	p.log.Info("wrote feature file", "labels", len(c.Labels), "bytes", len(data))
 	return nil

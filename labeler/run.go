@@ -15,6 +15,9 @@ const (
 	DefaultBackoffMax     = time.Minute
 	DefaultBackoffFactor  = 2.0
 	DefaultPublishTimeout = 30 * time.Second
+	// DefaultFailureLogInterval is how often a Loop that keeps failing
+	// logs one summary of its failures.
+	DefaultFailureLogInterval = 5 * time.Minute
 )
 
 // Backoff computes capped exponential retry delays. Zero fields take the
@@ -73,8 +76,13 @@ type Loop struct {
 	// Clock drives resync and retry timers; nil is the real clock.
 	Clock clock.Clock
 	// Logger receives failures (warn) and recoveries (info); nil uses
-	// slog.Default().
+	// slog.Default(). Repeated failures are aggregated: the first is
+	// logged, then one summary per FailureLogInterval with a count (the
+	// rest go to debug); OnPublish still sees every attempt.
 	Logger *slog.Logger
+	// FailureLogInterval spaces the summaries of repeated failures; zero
+	// means DefaultFailureLogInterval.
+	FailureLogInterval time.Duration
 	// OnPublish, when set, is called after every attempt with its result,
 	// e.g. to feed metrics.
 	OnPublish func(err error)
@@ -104,12 +112,22 @@ func (l *Loop) Run(ctx context.Context, contents <-chan Content) error {
 		timeout = DefaultPublishTimeout
 	}
 
+	logEvery := l.FailureLogInterval
+	if logEvery <= 0 {
+		logEvery = DefaultFailureLogInterval
+	}
+
 	var (
 		latest   Content
 		have     bool
 		failures int
 		timer    clock.Timer
 		timerC   <-chan time.Time
+		// firstFailure is when the current run of failures began;
+		// lastReport is when it was last logged at warn, and
+		// unreported counts the failures since.
+		firstFailure, lastReport time.Time
+		unreported               int
 	)
 	schedule := func(d time.Duration) {
 		if timer != nil {
@@ -135,9 +153,10 @@ func (l *Loop) Run(ctx context.Context, contents <-chan Content) error {
 		}
 		if err == nil {
 			if failures > 0 {
-				log.Info("published after failures", "failures", failures)
+				log.Info("published after failures", "failures", failures,
+					"failingFor", clk.Since(firstFailure).Round(time.Millisecond))
 			}
-			failures = 0
+			failures, unreported = 0, 0
 			schedule(l.Resync)
 			return
 		}
@@ -146,7 +165,19 @@ func (l *Loop) Run(ctx context.Context, contents <-chan Content) error {
 		if errors.Is(err, ErrCRDMissing) || errors.Is(err, ErrNotOurs) {
 			delay = l.Backoff.capped()
 		}
-		log.Warn("publish failed; will retry", "error", err, "failures", failures, "retryIn", delay)
+		now := clk.Now()
+		switch {
+		case failures == 1:
+			firstFailure, lastReport, unreported = now, now, 0
+			log.Warn("publish failed; will retry", "error", err, "retryIn", delay)
+		case now.Sub(lastReport) >= logEvery:
+			log.Warn("publish still failing; will retry", "error", err, "failures", failures,
+				"failuresSinceLastReport", unreported+1, "failingFor", now.Sub(firstFailure).Round(time.Millisecond), "retryIn", delay)
+			lastReport, unreported = now, 0
+		default:
+			unreported++
+			log.Debug("publish failed again; will retry", "error", err, "failures", failures, "retryIn", delay)
+		}
 		schedule(delay)
 	}
 

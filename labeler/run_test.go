@@ -273,3 +273,81 @@ func TestOfferKeepsLatest(t *testing.T) {
 	default:
 	}
 }
+
+// levelCounter counts log records by level and keeps their messages.
+type levelCounter struct {
+	mu       sync.Mutex
+	counts   map[slog.Level]int
+	messages []string
+}
+
+func (c *levelCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *levelCounter) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[r.Level]++
+	if r.Level >= slog.LevelInfo {
+		c.messages = append(c.messages, r.Message)
+	}
+	return nil
+}
+func (c *levelCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *levelCounter) WithGroup(string) slog.Handler      { return c }
+
+func (c *levelCounter) get() (map[slog.Level]int, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[slog.Level]int{}
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out, append([]string(nil), c.messages...)
+}
+
+// TestLoopAggregatesFailureLogs: a publisher failing every second for a
+// minute logs its first failure and one summary per interval, not one line
+// per attempt; every attempt still reaches OnPublish.
+func TestLoopAggregatesFailureLogs(t *testing.T) {
+	const failing = 60
+	pub := newFakePublisher(failing, errors.New("connection refused"))
+	logs := &levelCounter{counts: map[slog.Level]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := testingclock.NewFakeClock(time.Unix(0, 0))
+	results := make(chan error, 100)
+	loop := &Loop{
+		Publisher:          pub,
+		Backoff:            Backoff{Initial: time.Second, Max: time.Second},
+		FailureLogInterval: 20 * time.Second,
+		Clock:              clk,
+		Logger:             slog.New(logs),
+		OnPublish:          func(err error) { results <- err },
+	}
+	contents := make(chan Content, 1)
+	Offer(contents, Content{})
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx, contents) }()
+	defer func() { cancel(); <-done }()
+	h := &loopHarness{t: t, clk: clk, results: results}
+
+	for i := 1; i <= failing; i++ {
+		if err := h.result(); err == nil {
+			t.Fatalf("attempt %d succeeded, want the injected failure", i)
+		}
+		h.step(time.Second)
+	}
+	if err := h.result(); err != nil {
+		t.Fatalf("attempt %d: %v, want success", failing+1, err)
+	}
+	counts, messages := logs.get()
+	// Failures at t=0..59s: the first at 0s, summaries at 20s and 40s.
+	if counts[slog.LevelWarn] != 3 {
+		t.Errorf("%d warnings for %d failures in %d s, want 3 (the first, then one per 20 s): %q",
+			counts[slog.LevelWarn], failing, failing, messages)
+	}
+	if counts[slog.LevelDebug] != failing-3 {
+		t.Errorf("%d debug lines, want %d (every failure not logged at warn)", counts[slog.LevelDebug], failing-3)
+	}
+	if want := "published after failures"; len(messages) == 0 || messages[len(messages)-1] != want {
+		t.Errorf("last message %q, want %q", messages, want)
+	}
+}

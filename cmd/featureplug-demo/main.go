@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -60,7 +61,7 @@ type demo struct {
 	kubelet *kubeletsim.Kubelet
 	agent   *exec.Cmd
 	exited  chan error
-	logs    bytes.Buffer
+	logs    lockedBuffer
 	metrics string
 }
 
@@ -161,7 +162,7 @@ func (d *demo) startAgent(ctx context.Context) error {
 	d.metrics = "http://" + addr
 	args := []string{"run", "--fake-node", d.node, "--rules", d.rulesPath(), "--kubelet-dir", d.dir,
 		"--publish", "file", "--features-file", filepath.Join(d.dir, "features.d", "featureplug"),
-		"--metrics-addr", addr, "--health-recovery", "2s",
+		"--metrics-addr", addr, "--health-recovery", "2s", "--state-dir", filepath.Join(d.dir, "state"),
 		"--device-list-strategy", "envvar,cdi-annotations"}
 	fmt.Fprintf(d.out, "$ featureplug %s\n", strings.Join(args, " "))
 	d.agent = exec.Command(d.binary, args...)
@@ -370,4 +371,23 @@ func freeAddr() (string, error) {
 	}
 	defer func() { _ = ln.Close() }()
 	return ln.Addr().String(), nil
+}
+
+// lockedBuffer collects the agent's output; the exec package's copying
+// goroutines write it while a failing step reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -5,11 +5,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
@@ -26,6 +28,15 @@ import (
 
 // envPrefix prefixes the environment variable of every run flag.
 const envPrefix = "FEATUREPLUG_"
+
+// defaultStateDir is --state-dir's default, a hostPath the manifests mount.
+const defaultStateDir = "/var/lib/featureplug"
+
+// noInotifyEnv, set to 1, makes every file watch of the agent fail to get
+// an inotify instance, as on a node whose fs.inotify.max_user_instances is
+// exhausted. It is a test hook: the fault tests use it to check that the
+// agent carries on with its periodic file checks.
+const noInotifyEnv = "FEATUREPLUG_TEST_NO_INOTIFY"
 
 // runFlags are the flags of `featureplug run`.
 type runFlags struct {
@@ -51,6 +62,10 @@ type runFlags struct {
 	mpsControl         string
 	mpsCheckInterval   time.Duration
 	metricsAddr        string
+	stateDir           string
+	fileCheckInterval  time.Duration
+	fileSettle         time.Duration
+	livenessTimeout    time.Duration
 	logFormat          string
 	logLevel           string
 }
@@ -103,6 +118,10 @@ the command line wins.`,
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
 	fs.DurationVar(&f.mpsCheckInterval, "mps-check-interval", mps.DefaultCheckInterval, "period of the MPS control daemons' liveness check")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
+	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir, "host directory for state that must survive a restart (unhealthy devices); created 0700 at start; empty disables persistence")
+	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the backstop check (stat and content hash) of the rules file and the feature file, which catches what file events miss")
+	fs.DurationVar(&f.fileSettle, "file-settle", agent.DefaultFileSettle, "how long a changed rules file must stay unchanged before it is applied")
+	fs.DurationVar(&f.livenessTimeout, "liveness-timeout", agent.DefaultLivenessTimeout, "/healthz fails when the agent loop has made no progress for this long")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	annotateEnv(fs)
@@ -251,6 +270,14 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		}
 	}()
 
+	var newFileWatcher func() (*fsnotify.Watcher, error)
+	if os.Getenv(noInotifyEnv) == "1" {
+		newFileWatcher = func() (*fsnotify.Watcher, error) {
+			return nil, fmt.Errorf("couldn't initialize inotify: %w (%s=1)", syscall.EMFILE, noInotifyEnv)
+		}
+	}
+	stateDir := prepareStateDir(f.stateDir, log)
+
 	a, err := agent.New(agent.Config{
 		NodeName:           f.nodeName,
 		Namespace:          f.namespace,
@@ -273,12 +300,17 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			ReplicaPolicy:        plugin.ReplicaPolicy(f.replicaPolicy),
 			HealthRecovery:       f.healthRecovery,
 			MPSRoot:              f.mpsRoot,
+			StateDir:             stateDir,
 		},
-		MPS:         mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
-		Health:      discovery.HealthOptions{IgnoredXIDs: ignored},
-		MetricsAddr: f.metricsAddr,
-		Stdout:      cmd.OutOrStdout(),
-		Logger:      log,
+		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
+		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
+		FileCheckInterval: f.fileCheckInterval,
+		FileSettle:        f.fileSettle,
+		NewFileWatcher:    newFileWatcher,
+		LivenessTimeout:   f.livenessTimeout,
+		MetricsAddr:       f.metricsAddr,
+		Stdout:            cmd.OutOrStdout(),
+		Logger:            log,
 	})
 	if err != nil {
 		return err
@@ -288,6 +320,24 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	err = a.Run(cmd.Context())
 	log.Info("featureplug stopped")
 	return err
+}
+
+// prepareStateDir creates the state directory (0700) and returns it, or
+// returns "" (no persistence) with a warning when it cannot be created.
+func prepareStateDir(dir string, log *slog.Logger) string {
+	if dir == "" {
+		log.Info("no --state-dir: unhealthy devices are not remembered across restarts")
+		return ""
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		log.Warn("cannot create the state directory; running without persistence (unhealthy devices are not remembered across restarts)",
+			"stateDir", dir, "err", err)
+		return ""
+	}
+	return dir
 }
 
 func orDefault(s, def string) string {

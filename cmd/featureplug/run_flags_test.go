@@ -1,6 +1,9 @@
 package main
 
 import (
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -52,6 +55,7 @@ func TestRunFlagsFromEnvironment(t *testing.T) {
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
+	t.Setenv("FEATUREPLUG_STATE_DIR", t.TempDir())
 	tests := []struct {
 		args []string
 		want string
@@ -66,5 +70,30 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: error %v, want one containing %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+func TestPrepareStateDir(t *testing.T) {
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	dir := filepath.Join(t.TempDir(), "var", "lib", "featureplug")
+	if got := prepareStateDir(dir, log); got != dir {
+		t.Errorf("prepareStateDir(%s) = %q, want the directory", dir, got)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Errorf("state directory %s: %v, %v; want a directory with mode 0700", dir, fi, err)
+	}
+
+	// Under a regular file: it cannot be created; the agent runs without
+	// persistence and says so.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := prepareStateDir(filepath.Join(file, "state"), log); got != "" {
+		t.Errorf("prepareStateDir under a file = %q, want \"\" (no persistence)", got)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "running without persistence") {
+		t.Errorf("no warning about running without persistence: %s", logs.String())
 	}
 }

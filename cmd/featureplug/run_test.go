@@ -88,7 +88,10 @@ func startAgent(t *testing.T, args ...string) *agentProcess {
 	t.Helper()
 	addr := freePort(t)
 	p := &agentProcess{t: t, logs: &syncBuffer{}, metrics: "http://" + addr, exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], append([]string{"run", "--metrics-addr", addr, "--log-level", "debug"}, args...)...)
+	// Each agent keeps its state in a directory of its own, never in the
+	// host's /var/lib/featureplug.
+	base := []string{"run", "--metrics-addr", addr, "--log-level", "debug", "--state-dir", t.TempDir()}
+	p.cmd = exec.Command(os.Args[0], append(base, args...)...)
 	p.cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
@@ -454,4 +457,55 @@ func TestRunHoldsBackMPSWithoutControlBinary(t *testing.T) {
 	eventually(t, "the log says why the MPS resource is held back", func() bool {
 		return strings.Contains(p.logs.String(), "nvidia-cuda-mps-control")
 	})
+}
+
+// post sends a POST to the agent's HTTP server.
+func (p *agentProcess) post(path string) (int, string) {
+	resp, err := http.Post(p.metrics+path, "", nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestRunFakeInjectionRejectsOutOfRangeNumbers(t *testing.T) {
+	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", shortTempDir(t))
+	eventually(t, "/healthz answers", func() bool { code, _ := p.get("/healthz"); return code == http.StatusOK })
+	for _, tc := range []struct{ path, want string }{
+		{"/fake/xid?gpu=0&xid=-5", "xid: -5 is out of range"},
+		{"/fake/xid?gpu=0&xid=18446744073709551611", `xid: "18446744073709551611" is not a number`},
+		{"/fake/xid?gpu=0&xid=65536", "xid: 65536 is out of range"},
+		{"/fake/xid?gpu=-1&xid=79", "gpu: -1 is out of range"},
+		{"/fake/xid?gpu=0&xid=79&gi=-1&ci=0", "gi: -1 is out of range"},
+		{"/fake/ecc?gpu=-3", "gpu: -3 is out of range"},
+	} {
+		if code, body := p.post(tc.path); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
+			t.Errorf("POST %s = %d %q; want 400 naming the parameter and value (%q)", tc.path, code, body, tc.want)
+		}
+	}
+	if code, body := p.post("/fake/xid?gpu=0&xid=79"); code != http.StatusNoContent {
+		t.Errorf("POST a valid XID = %d %q, want 204", code, body)
+	}
+}
+
+func TestRunHealthzFailsWhileTheLoopIsStuck(t *testing.T) {
+	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", shortTempDir(t),
+		"--liveness-timeout", "1s")
+	eventually(t, "/healthz answers", func() bool { code, _ := p.get("/healthz"); return code == http.StatusOK })
+	if code, body := p.post("/fake/stall"); code != http.StatusNoContent {
+		t.Fatalf("POST /fake/stall = %d %q", code, body)
+	}
+	eventually(t, "/healthz fails naming the agent loop", func() bool {
+		code, body := p.get("/healthz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "agent loop: no progress for")
+	})
+	if age := p.metric("featureplug_loop_heartbeat_age_seconds", ""); age < 1 {
+		t.Errorf("featureplug_loop_heartbeat_age_seconds = %v while /healthz fails, want over the 1s timeout", age)
+	}
+	if code, body := p.post("/fake/stall?release"); code != http.StatusNoContent {
+		t.Fatalf("POST /fake/stall?release = %d %q", code, body)
+	}
+	eventually(t, "/healthz is ok again", func() bool { code, _ := p.get("/healthz"); return code == http.StatusOK })
 }

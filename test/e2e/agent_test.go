@@ -44,6 +44,11 @@ type agentSpec struct {
 	Kubeconfig string
 	// Namespace is --namespace.
 	Namespace string
+	// StateDir is --state-dir; empty gives a fresh directory that the
+	// agent keeps across restarts (never the host's /var/lib/featureplug,
+	// which would carry health state from one test or run to the next).
+	// A --state-dir in Extra wins.
+	StateDir string
 	// Extra are more flags.
 	Extra []string
 }
@@ -73,6 +78,9 @@ func startAgent(t *testing.T, spec agentSpec) *agent {
 
 func (a *agent) start(t *testing.T) {
 	t.Helper()
+	if a.spec.StateDir == "" {
+		a.spec.StateDir = filepath.Join(shortTempDir(a.owner), "state")
+	}
 	s := a.spec
 	if s.Publish == "" {
 		s.Publish = "none"
@@ -91,6 +99,7 @@ func (a *agent) start(t *testing.T) {
 		"--kubelet-dir", s.KubeletDir,
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", a.port),
 		"--log-level", "debug",
+		"--state-dir", s.StateDir,
 	}
 	if s.Kubeconfig != "" {
 		args = append(args, "--kubeconfig", s.Kubeconfig)

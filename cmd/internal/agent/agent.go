@@ -23,8 +23,10 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
 
 	"github.com/featureplug/featureplug/discovery"
@@ -92,6 +94,21 @@ type Config struct {
 	MPS mps.Options
 	// Health configures the NVML health watcher.
 	Health discovery.HealthOptions
+	// FileCheckInterval is the period of the backstop check of the rules
+	// file and the feature file (a stat and a content hash, no API calls),
+	// which catches what file events miss; zero means
+	// DefaultFileCheckInterval.
+	FileCheckInterval time.Duration
+	// FileSettle is how long a changed rules file must stay unchanged
+	// before it is applied; zero means DefaultFileSettle.
+	FileSettle time.Duration
+	// NewFileWatcher makes the inotify watchers of the rules file and the
+	// feature file; nil means fsnotify.NewWatcher. When it fails, the files
+	// are checked every FileCheckInterval instead.
+	NewFileWatcher func() (*fsnotify.Watcher, error)
+	// LivenessTimeout is how long the agent loop may make no progress
+	// before /healthz fails; zero means DefaultLivenessTimeout.
+	LivenessTimeout time.Duration
 	// MetricsAddr serves /metrics, /healthz and /readyz; "" disables it.
 	MetricsAddr string
 	// Stdout receives PublishStdout output.
@@ -114,6 +131,15 @@ type Agent struct {
 	mps      *mps.Supervisor
 	// mpsChanged is signalled when an MPS daemon's readiness flips.
 	mpsChanged chan struct{}
+	// planReport reports devices the plan leaves out (planreport.go).
+	planReport *planReport
+	// live answers /healthz.
+	live *liveness
+	// rulesKick makes the rules file watcher re-arm and check (SIGHUP).
+	rulesKick chan struct{}
+	// stall and unstall hold the loop still on a fake node (test hook of
+	// /healthz, see stallLoop).
+	stall, unstall chan struct{}
 
 	// State owned by the loop goroutine.
 	inv        *discovery.Inventory
@@ -122,6 +148,10 @@ type Agent struct {
 	plan       *rules.Plan
 	nodeLabels map[string]string
 	stopHealth context.CancelFunc
+	// rulesKey identifies the rules file state last handled (content hash
+	// or kind of error); rulesMissing is set while the file is lost.
+	rulesKey     string
+	rulesMissing bool
 
 	// current is the latest inventory, read by the health watcher.
 	current atomic.Pointer[discovery.Inventory]
@@ -161,6 +191,10 @@ func New(cfg Config) (*Agent, error) {
 		health:   make(chan discovery.HealthEvent, 64),
 
 		mpsChanged: make(chan struct{}, 1),
+		live:       newLiveness(nil, cfg.LivenessTimeout),
+		rulesKick:  make(chan struct{}, 1),
+		stall:      make(chan struct{}),
+		unstall:    make(chan struct{}),
 	}
 	var err error
 	popts := cfg.Plugin
@@ -173,6 +207,12 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	if a.metrics, err = newMetrics(a.registry, a.manager.Ready); err != nil {
+		return nil, err
+	}
+	if err := a.registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "featureplug_loop_heartbeat_age_seconds",
+		Help: "Seconds since the agent loop last made progress; /healthz fails past --liveness-timeout.",
+	}, func() float64 { return a.live.heartbeatAge(componentLoop).Seconds() })); err != nil {
 		return nil, err
 	}
 	mopts := cfg.MPS
@@ -237,9 +277,11 @@ func (a *Agent) newPublisher() (labeler.Publisher, error) {
 func (a *Agent) Registry() *prometheus.Registry { return a.registry }
 
 // Run runs the agent until ctx ends. It fails only when it cannot start
-// (the first discovery failed, the kubelet directory cannot be watched, the
-// metrics address is taken); later failures are logged, counted and
-// retried, and never stop what already serves. On return every device
+// (the first discovery failed, the metrics address is taken); later
+// failures are logged, counted and retried, and never stop what already
+// serves. A file it cannot watch for lack of inotify is checked
+// periodically instead. /healthz fails while the loop makes no progress
+// for Config.LivenessTimeout or the health watcher has stopped. On return every device
 // plugin server has stopped; the NodeFeature stays in place.
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -255,7 +297,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		"driver", inv.DriverVersion, "cuda", inv.CUDADriverVersion)
 
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 8) // one per goRun, so none blocks after the loop ends
 	goRun := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -275,7 +317,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	goRun("plugin manager", a.manager.Run)
 	wg.Add(1)
-	go func() { defer wg.Done(); a.manager.WatchHealth(ctx, a.health) }()
+	go func() {
+		defer wg.Done()
+		a.manager.WatchHealth(ctx, a.health)
+		if ctx.Err() == nil {
+			a.live.stop(componentHealthRelay, "stopped passing health events to the device plugins")
+		}
+	}()
 	if a.pub != nil {
 		loop := &labeler.Loop{
 			Publisher: a.pub,
@@ -291,40 +339,67 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		goRun("publisher", func(ctx context.Context) error { return loop.Run(ctx, a.contents) })
 	}
-	rulesChanged := make(chan struct{}, 1)
+	// A file watcher never fails for lack of inotify: it falls back to
+	// its periodic check (see fileWatcher).
+	rulesSnaps := make(chan fileSnapshot, 1)
 	if path, ok := a.rulesFile(); ok {
-		goRun("rules watcher", func(ctx context.Context) error {
-			return watchFile(ctx, path, rulesChanged, a.log.With("component", "rules"))
-		})
+		fw := a.newFileWatcher(path, "rules file", rules.MaxFileSize, "rules", a.rulesKick)
+		goRun("rules watcher", func(ctx context.Context) error { return fw.Run(ctx, rulesSnaps) })
+	}
+	featureSnaps := make(chan fileSnapshot, 1)
+	if fp, ok := a.pub.(*labeler.FilePublisher); ok {
+		fw := a.newFileWatcher(fp.Path(), "feature file", 2*labeler.MaxFeatureFileSize, "features", nil)
+		goRun("feature file watcher", func(ctx context.Context) error { return fw.Run(ctx, featureSnaps) })
 	}
 
+	a.live.beat(componentLoop)
 	a.loadRules(ctx)
 	a.refreshNodeLabels(ctx)
+	a.startupEvidence()
 	a.replan(ctx, "start")
 	a.restartHealthWatcher(ctx, &wg)
 
 	ticker := time.NewTicker(a.cfg.RediscoverInterval)
 	defer ticker.Stop()
+	heartbeat := time.NewTicker(a.live.heartbeatInterval())
+	defer heartbeat.Stop()
 	var runErr error
 loop:
 	for {
+		a.live.beat(componentLoop)
 		select {
 		case <-ctx.Done():
 			break loop
 		case err := <-errs:
 			runErr = err
 			break loop
+		case <-heartbeat.C:
 		case <-ticker.C:
 			a.rediscover(ctx, &wg, "interval")
 		case <-a.cfg.Rediscover:
+			// SIGHUP: the rules file is read again (and its watch
+			// re-armed) as well as the GPUs.
+			select {
+			case a.rulesKick <- struct{}{}:
+			default:
+			}
+			a.rereadRules(ctx)
 			a.rediscover(ctx, &wg, "signal")
-		case <-rulesChanged:
-			a.log.Info("rules file changed", "path", a.cfg.Rules)
-			if a.loadRules(ctx) {
+		case s := <-rulesSnaps:
+			if a.applyRulesSnapshot(ctx, s) {
 				a.replan(ctx, "rules")
 			}
+		case <-featureSnaps:
+			a.republish()
 		case <-a.mpsChanged:
 			a.applyServed(ctx, "mps")
+		case <-a.stall:
+			a.log.Warn("agent loop held still on request (fake node test hook); /healthz will fail")
+			select {
+			case <-a.unstall:
+				a.log.Info("agent loop released")
+			case <-ctx.Done():
+			}
 		}
 	}
 	a.mps.Stop()
@@ -334,6 +409,30 @@ loop:
 	}
 	wg.Wait()
 	return runErr
+}
+
+// newFileWatcher returns a watcher of path whose fallback shows on the
+// featureplug_file_watch_fallback metric with the given file label.
+func (a *Agent) newFileWatcher(path, what string, maxSize int64, label string, kick <-chan struct{}) *fileWatcher {
+	gauge := a.metrics.fileWatchFallback.WithLabelValues(label)
+	gauge.Set(0)
+	return &fileWatcher{
+		path:       path,
+		what:       what,
+		interval:   a.cfg.FileCheckInterval,
+		settle:     a.cfg.FileSettle,
+		maxSize:    maxSize,
+		newWatcher: a.cfg.NewFileWatcher,
+		fallback: func(on bool) {
+			if on {
+				gauge.Set(1)
+			} else {
+				gauge.Set(0)
+			}
+		},
+		log:  a.log.With("component", "watch"),
+		kick: kick,
+	}
 }
 
 func (a *Agent) rulesFile() (string, bool) {
@@ -382,10 +481,32 @@ func (a *Agent) rediscover(ctx context.Context, wg *sync.WaitGroup, why string) 
 	}
 	if !changed && why == "interval" {
 		a.replanIfLabelsChanged(ctx)
+		// A feature file deleted or edited behind the agent's back is
+		// rewritten now at the latest (the publisher compares).
+		if _, ok := a.pub.(*labeler.FilePublisher); ok {
+			a.republish()
+		}
 		return
 	}
 	a.log.Info("re-discovered GPUs", "trigger", why, "changed", changed, "gpus", len(inv.GPUs), "migDevices", inv.MIGDeviceCount())
 	a.replan(ctx, "discovery")
+}
+
+// startupEvidence hands the device plugins the evidence of earlier failures
+// NVML keeps across processes (pending row remapping or retired pages,
+// volatile double-bit ECC counts, GPUs lost at discovery) before the first
+// plan is served, so those GPUs are Unhealthy in the first ListAndWatch.
+// The health watcher reads it again when it starts and while it lasts.
+// (Issue 12 finding 5, the NVML part; added by the discovery helper.)
+func (a *Agent) startupEvidence() {
+	if a.lib == nil {
+		return
+	}
+	w := discovery.NewHealthWatcher(a.lib, withLogger(a.cfg.Health, a.log.With("component", "health")))
+	evs, _ := w.ReadEvidence(a.inv)
+	for _, ev := range evs {
+		a.manager.Health(ev)
+	}
 }
 
 // restartHealthWatcher (re)starts the NVML health watcher on the current
@@ -397,12 +518,20 @@ func (a *Agent) restartHealthWatcher(ctx context.Context, wg *sync.WaitGroup) {
 	hctx, stop := context.WithCancel(ctx)
 	a.stopHealth = stop
 	w := discovery.NewHealthWatcher(a.lib, withLogger(a.cfg.Health, a.log.With("component", "health")))
+	a.live.running(componentHealthWatcher)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := w.Run(hctx, a.current.Load, a.health); err != nil {
-			a.log.Error("health watcher stopped; devices keep their last health", "err", err)
+		err := w.Run(hctx, a.current.Load, a.health)
+		if hctx.Err() != nil {
+			return // stopped by the agent
 		}
+		reason := "stopped"
+		if err != nil {
+			reason = "stopped: " + err.Error()
+		}
+		a.log.Error("health watcher stopped; devices keep their last health and /healthz fails", "err", err)
+		a.live.stop(componentHealthWatcher, reason)
 	}()
 }
 
@@ -411,13 +540,88 @@ func withLogger(o discovery.HealthOptions, log *slog.Logger) discovery.HealthOpt
 	return o
 }
 
-// loadRules (re)loads the rules. An invalid file is reported and the last
-// good rules stay; it returns whether the rules changed.
+// loadRules loads the rules at start: a builtin, or the rules file once it
+// has settled. An invalid file is reported and the last good rules stay; it
+// returns whether the rules changed.
 func (a *Agent) loadRules(ctx context.Context) bool {
+	if path, ok := a.rulesFile(); ok {
+		s, settled := readStable(ctx, clock.RealClock{}, path, rules.MaxFileSize, a.fileSettle())
+		if !settled {
+			a.log.Warn("rules file is still changing; it is applied once it settles", "rules", path)
+			return false
+		}
+		return a.applyRulesSnapshot(ctx, s)
+	}
 	rs, err := rules.Load(a.cfg.Rules)
 	if a.cfg.Rules == "" {
 		rs, err = rules.Default(), nil
 	}
+	return a.acceptRules(ctx, rs, err)
+}
+
+// rereadRules reads the rules file again (SIGHUP) and takes it when it
+// changed; the caller replans.
+func (a *Agent) rereadRules(ctx context.Context) {
+	if _, ok := a.rulesFile(); !ok {
+		return
+	}
+	a.log.Info("re-reading the rules file on signal", "rules", a.cfg.Rules)
+	a.loadRules(ctx)
+}
+
+func (a *Agent) fileSettle() time.Duration {
+	if a.cfg.FileSettle > 0 {
+		return a.cfg.FileSettle
+	}
+	return DefaultFileSettle
+}
+
+// applyRulesSnapshot takes a settled state of the rules file: a lost file
+// keeps the last good plan and says so, a new content is loaded. It returns
+// whether the rules changed.
+func (a *Agent) applyRulesSnapshot(ctx context.Context, s fileSnapshot) bool {
+	if s.key == a.rulesKey {
+		return false
+	}
+	a.rulesKey = s.key
+	if s.Err != nil {
+		a.reportRulesMissing(ctx, s.Err)
+		return false
+	}
+	if a.rulesMissing {
+		a.rulesMissing = false
+		a.metrics.rulesMissing.Set(0)
+		a.log.Info("rules file is back", "rules", a.cfg.Rules)
+	} else if a.ruleSet != nil {
+		a.log.Info("rules file changed", "rules", a.cfg.Rules)
+	}
+	rs, err := rules.Parse(a.cfg.Rules, s.Data)
+	return a.acceptRules(ctx, rs, err)
+}
+
+// reportRulesMissing says that the rules file is gone (deleted, replaced by
+// a directory, missing from a new ..data): log, metric and Event; the last
+// good plan keeps serving.
+func (a *Agent) reportRulesMissing(ctx context.Context, err error) {
+	a.rulesMissing = true
+	a.metrics.rulesMissing.Set(1)
+	a.metrics.ruleReloads.WithLabelValues("missing").Inc()
+	serving := a.servingDescription()
+	a.log.Warn("rules file lost; keeping "+serving, "rules", a.cfg.Rules, "err", err)
+	if a.events != nil {
+		a.events.warn(ctx, "RulesFileMissing", fmt.Sprintf("rules file %s lost (%v); serving %s until it is back", a.cfg.Rules, err, serving))
+	}
+}
+
+func (a *Agent) servingDescription() string {
+	if a.plan == nil {
+		return "nothing yet"
+	}
+	return fmt.Sprintf("the last good plan (%d resources)", len(a.plan.Resources))
+}
+
+// acceptRules takes a loaded rule set, or reports why it cannot be taken.
+func (a *Agent) acceptRules(ctx context.Context, rs *rules.RuleSet, err error) bool {
 	if err != nil {
 		a.metrics.ruleReloads.WithLabelValues("invalid").Inc()
 		a.reportRuleError(ctx, "InvalidRules", err)
@@ -426,31 +630,27 @@ func (a *Agent) loadRules(ctx context.Context) bool {
 	for _, w := range rs.Warnings() {
 		a.log.Warn("rules warning", "rules", rs.Source(), "warning", w)
 	}
-	prev := a.ruleSet
-	a.ruleSet = rs
-	if prev != nil {
-		// Validate against the current inventory before accepting: a
-		// file that loads but cannot plan must not replace the last good.
-		if _, err := rs.Plan(a.inv, a.nodeLabels); err != nil {
-			a.ruleSet = prev
-			a.metrics.ruleReloads.WithLabelValues("invalid").Inc()
-			a.reportRuleError(ctx, "InvalidRules", err)
-			return false
-		}
-	}
-	a.metrics.ruleReloads.WithLabelValues("applied").Inc()
-	return true
+	// Rules that cannot plan on this node (or serve none of the devices
+	// they claim) must not replace the last good: see planreport.go.
+	return a.takeRules(ctx, rs)
 }
 
 func (a *Agent) reportRuleError(ctx context.Context, reason string, err error) {
 	a.metrics.ruleErrors.Inc()
-	serving := "nothing yet"
-	if a.plan != nil {
-		serving = fmt.Sprintf("the last good plan (%d resources)", len(a.plan.Resources))
-	}
+	serving := a.servingDescription()
 	a.log.Error("rules rejected; keeping "+serving, "rules", a.cfg.Rules, "err", err)
 	if a.events != nil {
 		a.events.warn(ctx, reason, fmt.Sprintf("rules %s rejected, serving %s: %v", a.cfg.Rules, serving, err))
+	}
+}
+
+// reportApplyError says that the device-plugin servers did not take a plan.
+// That is not a rules problem, and is not reported as one.
+func (a *Agent) reportApplyError(ctx context.Context, err error) {
+	serving := a.servingDescription()
+	a.log.Error("the device plugins did not take the plan; keeping "+serving, "err", err)
+	if a.events != nil {
+		a.events.warn(ctx, "PlanRejected", fmt.Sprintf("the device plugins did not take the plan, serving %s: %v", serving, err))
 	}
 }
 
@@ -506,12 +706,13 @@ func (a *Agent) replan(ctx context.Context, why string) {
 	a.applyMPS(ctx, plan)
 	if err := a.manager.Apply(a.servedPlan(plan)); err != nil {
 		a.metrics.planErrors.Inc()
-		a.reportRuleError(ctx, "PlanRejected", err)
+		a.reportApplyError(ctx, err)
 		a.publish(a.plan)
 		return
 	}
 	a.plan = plan
 	a.log.Info("plan applied", "trigger", why, "resources", resourceSummary(plan))
+	a.reportPlanProblems(ctx, plan) // devices left out by their rule: planreport.go
 	a.publish(plan)
 }
 
@@ -522,10 +723,23 @@ func (a *Agent) applyServed(ctx context.Context, why string) {
 		return
 	}
 	if err := a.manager.Apply(a.servedPlan(a.plan)); err != nil {
-		a.reportRuleError(ctx, "PlanRejected", err)
+		a.reportApplyError(ctx, err)
 		return
 	}
 	a.log.Info("served resources updated", "trigger", why)
+}
+
+// republish offers the content last published again, so that a feature
+// file deleted or changed behind the agent's back is rewritten (the
+// publisher writes only what differs).
+func (a *Agent) republish() {
+	a.mu.Lock()
+	c := a.published
+	a.mu.Unlock()
+	if c == nil || a.pub == nil {
+		return
+	}
+	labeler.Offer(a.contents, *c)
 }
 
 func (a *Agent) publish(plan *rules.Plan) {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -20,11 +21,15 @@ func (a *Agent) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.live.check(); err != nil {
+			http.Error(w, "not live: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.manager.Ready() {
-			http.Error(w, "not ready: resources of the first plan are not all registered with the kubelet", http.StatusServiceUnavailable)
+			http.Error(w, "not ready: not every resource of the current plan is registered with the kubelet", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = fmt.Fprintln(w, "ok")
@@ -38,7 +43,43 @@ func (a *Agent) handler() http.Handler {
 	})
 	mux.HandleFunc("POST /fake/xid", a.injectFake)
 	mux.HandleFunc("POST /fake/ecc", a.injectFake)
+	mux.HandleFunc("POST /fake/stall", a.stallLoop)
 	return mux
+}
+
+// Bounds of the numbers /fake/xid and /fake/ecc take: XIDs are small
+// positive numbers in NVIDIA's tables; GPU, GPU-instance and
+// compute-instance indexes are far below maxFakeIndex.
+const (
+	maxFakeXID   = 1<<16 - 1
+	maxFakeIndex = 1<<16 - 1
+)
+
+// stallRequestTimeout bounds how long /fake/stall waits for the loop.
+const stallRequestTimeout = 10 * time.Second
+
+// stallLoop holds the agent loop still until released, on a fake node
+// only: the test hook that shows /healthz failing when the loop makes no
+// progress.
+//
+//	POST /fake/stall          hold the loop (returns once it is held)
+//	POST /fake/stall?release  let it go
+func (a *Agent) stallLoop(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Source.Fake() == nil {
+		http.Error(w, "stalling the loop needs a fake node (--fake-node)", http.StatusNotFound)
+		return
+	}
+	ch, what := a.stall, "hold"
+	if r.URL.Query().Has("release") {
+		ch, what = a.unstall, "release"
+	}
+	select {
+	case ch <- struct{}{}:
+		w.WriteHeader(http.StatusNoContent)
+	case <-r.Context().Done():
+	case <-time.After(stallRequestTimeout):
+		http.Error(w, fmt.Sprintf("the agent loop did not take the %s request within %s", what, stallRequestTimeout), http.StatusConflict)
+	}
 }
 
 // injectFake injects an NVML event into the fake node:
@@ -56,6 +97,13 @@ func (a *Agent) injectFake(w http.ResponseWriter, r *http.Request) {
 		v, err := strconv.Atoi(q.Get(name))
 		if err != nil {
 			return 0, fmt.Errorf("query parameter %s: %q is not a number", name, q.Get(name))
+		}
+		limit := maxFakeIndex
+		if name == "xid" {
+			limit = maxFakeXID
+		}
+		if v < 0 || v > limit {
+			return 0, fmt.Errorf("query parameter %s: %d is out of range (0..%d)", name, v, limit)
 		}
 		return v, nil
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics are the agent's own metrics; the plugin manager and the MPS
@@ -14,6 +15,8 @@ type metrics struct {
 	discoveryDuration prometheus.Histogram
 	publishes         *prometheus.CounterVec
 	mpsUnavailable    *prometheus.GaugeVec
+	rulesMissing      prometheus.Gauge
+	fileWatchFallback *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) {
@@ -24,7 +27,7 @@ func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) 
 		}),
 		ruleReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "featureplug_rule_reloads_total",
-			Help: "Rules file reloads by result (applied, invalid).",
+			Help: "Rules file reloads by result: applied; partial (some devices left out because of their rules, the rest served); invalid and missing (the file was rejected or lost, and the last good plan kept serving).",
 		}, []string{"result"}),
 		planErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "featureplug_plan_errors_total",
@@ -47,13 +50,25 @@ func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) 
 			Name: "featureplug_mps_resource_unavailable",
 			Help: "1 while an MPS-shared resource is held back because its control daemon is not up.",
 		}, []string{"resource"}),
+		rulesMissing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "featureplug_rules_file_missing",
+			Help: "1 while the rules file is lost (deleted, a directory, missing from a new ..data); the last good plan keeps serving.",
+		}),
+		fileWatchFallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "featureplug_file_watch_fallback",
+			Help: "1 while a watched file (file: rules or features) is checked only periodically because no inotify instance could be had.",
+		}, []string{"file"}),
 	}
 	for _, c := range []prometheus.Collector{
 		m.ruleErrors, m.ruleReloads, m.planErrors, m.discoveries, m.discoveryDuration,
-		m.publishes, m.mpsUnavailable,
+		m.publishes, m.mpsUnavailable, m.rulesMissing, m.fileWatchFallback,
+		// go_* and process_* (memory, goroutines, open fds, CPU): what an
+		// operator needs to see a leak or fd exhaustion coming.
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "featureplug_ready",
-			Help: "1 once every resource of the first plan is registered with the kubelet.",
+			Help: "1 while every resource of the current plan is registered with the kubelet (as /readyz).",
 		}, func() float64 {
 			if ready() {
 				return 1

@@ -1,69 +1,373 @@
 package agent
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"k8s.io/utils/clock"
 )
 
-// settleDelay lets an editor's or the kubelet's multi-step write finish
-// before the file is read.
-const settleDelay = 100 * time.Millisecond
+// Defaults of the file watcher.
+const (
+	// DefaultFileCheckInterval is the period of the backstop check of a
+	// watched file: a stat and a content hash, no API calls.
+	DefaultFileCheckInterval = 5 * time.Second
+	// DefaultFileSettle is how long a changed file must stay unchanged
+	// before it is reported (two reads this far apart must agree), so that
+	// a slow writer's half-written file is never applied.
+	DefaultFileSettle = 200 * time.Millisecond
+)
 
-// watchFile sends on changed whenever the content of path changes. It
-// watches the file's directory, not the file, so that it follows an atomic
-// rename and the symlink swap the kubelet does for ConfigMap volumes
-// (..data -> ..<timestamp>), and compares contents so that unrelated events
-// do not trigger reloads. It returns when ctx ends.
-func watchFile(ctx context.Context, path string, changed chan<- struct{}, log *slog.Logger) error {
-	w, err := fsnotify.NewWatcher()
+// maxSettleReads bounds readStable: a file that is still changing after
+// this many reads is reported as unsettled and left to the watcher.
+const maxSettleReads = 10
+
+// maxSymlinkHops bounds the symlink chain a watcher follows (the kernel's
+// own limit is 40).
+const maxSymlinkHops = 40
+
+// fileSnapshot is what a watched file held at one read: its content, or
+// why it could not be read (missing, a directory, unreadable).
+type fileSnapshot struct {
+	// Data is the content; nil when Err is set.
+	Data []byte
+	// Err says why the file could not be read.
+	Err error
+	// key identifies the state: a content hash, or the kind of error.
+	key string
+}
+
+// same reports whether two snapshots show the same state of the file.
+func (s fileSnapshot) same(o fileSnapshot) bool { return s.key == o.key }
+
+// readFileSnapshot reads path, following symlinks, up to maxSize+1 bytes
+// (a file over maxSize is reported with its first maxSize+1 bytes, so that
+// the reader's own size check names it).
+func readFileSnapshot(path string, maxSize int64) fileSnapshot {
+	fail := func(kind string, err error) fileSnapshot {
+		return fileSnapshot{Err: err, key: "error:" + kind}
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fail("missing", fmt.Errorf("%s does not exist", path))
+	case err != nil:
+		return fail("stat", fmt.Errorf("%s: %w", path, err))
+	case fi.IsDir():
+		return fail("directory", fmt.Errorf("%s is a directory, not a file", path))
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fail("missing", fmt.Errorf("%s does not exist", path))
+	} else if err != nil {
+		return fail("open", fmt.Errorf("opening %s: %w", path, err))
+	}
+	defer func() { _ = f.Close() }() // read-only: a close error loses nothing
+	data, err := io.ReadAll(io.LimitReader(f, maxSize+1))
 	if err != nil {
-		return fmt.Errorf("watching %s: %w", path, err)
+		return fail("read", fmt.Errorf("reading %s: %w", path, err))
 	}
-	defer func() { _ = w.Close() }()
-	dir := filepath.Dir(path)
-	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("watching directory %s of %s: %w", dir, path, err)
+	sum := sha256.Sum256(data)
+	return fileSnapshot{Data: data, key: fmt.Sprintf("sha256:%x", sum)}
+}
+
+// readStable reads path until two reads settle apart agree, and returns the
+// last one; ok is false when the file was still changing after
+// maxSettleReads reads or ctx ended.
+func readStable(ctx context.Context, clk clock.Clock, path string, maxSize int64, settle time.Duration) (snap fileSnapshot, ok bool) {
+	prev := readFileSnapshot(path, maxSize)
+	for range maxSettleReads {
+		select {
+		case <-ctx.Done():
+			return prev, false
+		case <-clk.After(settle):
+		}
+		cur := readFileSnapshot(path, maxSize)
+		if cur.same(prev) {
+			return cur, true
+		}
+		prev = cur
 	}
-	last, _ := os.ReadFile(path)
-	var settle <-chan time.Time
+	return prev, false
+}
+
+// fileWatcher reports the settled states of one file. It survives what
+// happens to a file on a node: editors' atomic renames, the kubelet's
+// ConfigMap swaps (..data -> ..<timestamp>), the file or its directory
+// deleted and re-created (it then watches the nearest existing ancestor and
+// re-arms when the directory is back), and symlinks whose targets are edited
+// in place (it watches every directory on the link chain and re-resolves the
+// chain after every change). A periodic check (stat plus content hash)
+// catches what events miss; when no inotify instance can be had it is the
+// only mechanism, with one warning and the fallback metric set.
+type fileWatcher struct {
+	// path is the watched file.
+	path string
+	// what names the file in logs ("rules file", "feature file").
+	what string
+	// interval is the period of the backstop check.
+	interval time.Duration
+	// settle is how long a change must stay unchanged to be reported.
+	settle time.Duration
+	// maxSize bounds a read (see readFileSnapshot).
+	maxSize int64
+	// clock drives the check and settle timers.
+	clock clock.WithTicker
+	// newWatcher makes the inotify watcher; tests make it fail.
+	newWatcher func() (*fsnotify.Watcher, error)
+	// fallback, when set, is called with true while the watcher runs on
+	// the periodic check alone and false while inotify serves it.
+	fallback func(bool)
+	// log receives the watcher's diagnostics.
+	log *slog.Logger
+	// kick, when it receives, makes the watcher re-arm and check at once
+	// (SIGHUP).
+	kick <-chan struct{}
+}
+
+// Run sends every settled state of the file that differs from the last one
+// sent on out, starting with the first, until ctx ends. out should be
+// buffered (capacity 1): a state not yet received is replaced by a newer
+// one. Run returns nil when ctx ends; it never fails for lack of inotify.
+func (fw *fileWatcher) Run(ctx context.Context, out chan fileSnapshot) error {
+	clk := fw.clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	newWatcher := fw.newWatcher
+	if newWatcher == nil {
+		newWatcher = fsnotify.NewWatcher
+	}
+	interval, settle := fw.interval, fw.settle
+	if interval <= 0 {
+		interval = DefaultFileCheckInterval
+	}
+	if settle <= 0 {
+		settle = DefaultFileSettle
+	}
+	log := fw.log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("path", fw.path)
+	setFallback := func(on bool) {
+		if fw.fallback != nil {
+			fw.fallback(on)
+		}
+	}
+
+	var w *fsnotify.Watcher
+	var events <-chan fsnotify.Event
+	var watchErrs <-chan error
+	openWatcher := func(first bool) {
+		nw, err := newWatcher()
+		if err != nil {
+			if first {
+				log.Warn("no inotify instance to watch the "+fw.what+"; checking it periodically instead",
+					"interval", interval, "err", err)
+				setFallback(true)
+			} else {
+				log.Debug("inotify still unavailable", "err", err)
+			}
+			return
+		}
+		w, events, watchErrs = nw, nw.Events, nw.Errors
+		if !first {
+			log.Info("inotify available again; watching the " + fw.what)
+		}
+		setFallback(false)
+	}
+	openWatcher(true)
+	defer func() {
+		if w != nil {
+			_ = w.Close()
+		}
+	}()
+
+	// arm watches the directories the file now depends on; it returns
+	// whether it added a watch (a change made there before cannot have
+	// been seen).
+	arm := func() (added bool) {
+		if w == nil {
+			return false
+		}
+		want := watchDirs(fw.path)
+		for _, d := range w.WatchList() {
+			if !want[d] {
+				_ = w.Remove(d) // gone already when the directory was deleted
+			}
+		}
+		have := map[string]bool{}
+		for _, d := range w.WatchList() {
+			have[d] = true
+		}
+		for d := range want {
+			if have[d] {
+				continue
+			}
+			if err := w.Add(d); err != nil {
+				// Removed in between, or out of inotify watches: the
+				// next event or check re-arms.
+				log.Debug("cannot watch directory", "dir", d, "err", err)
+				continue
+			}
+			added = true
+		}
+		return added
+	}
+
+	var (
+		last      *fileSnapshot // the last state sent
+		candidate *fileSnapshot // a changed state waiting to settle
+		settleT   clock.Timer
+		settleC   <-chan time.Time
+	)
+	startSettle := func() {
+		settleT = clk.NewTimer(settle)
+		settleC = settleT.C()
+	}
+	defer func() {
+		if settleT != nil {
+			settleT.Stop()
+		}
+	}()
+	// check reads the file; a state that differs from the last one sent
+	// starts (or continues) the settle window.
+	check := func() {
+		arm()
+		if candidate != nil {
+			return // a settle window is running; it reads again at its end
+		}
+		cur := readFileSnapshot(fw.path, fw.maxSize)
+		if last != nil && cur.same(*last) {
+			return
+		}
+		candidate = &cur
+		startSettle()
+		log.Debug(fw.what+" changed; waiting for it to settle", "bytes", len(cur.Data), "state", cur.key, "settle", settle)
+	}
+	send := func(s fileSnapshot) {
+		for {
+			select {
+			case out <- s:
+				return
+			default:
+			}
+			select {
+			case <-out: // replace a state nobody received yet
+			default:
+			}
+		}
+	}
+
+	tick := clk.NewTicker(interval)
+	defer tick.Stop()
+	check()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-w.Events:
+		case ev, ok := <-events:
 			if !ok {
-				return nil
-			}
-			log.Debug("rules directory event", "event", ev.String())
-			settle = time.After(settleDelay)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			log.Warn("watching rules file", "path", path, "err", err)
-		case <-settle:
-			settle = nil
-			data, err := os.ReadFile(path)
-			if err != nil {
-				// Mid-swap or removed: the next event settles it.
-				log.Debug("rules file not readable", "path", path, "err", err)
+				events = nil
 				continue
 			}
-			if bytes.Equal(data, last) {
+			log.Debug(fw.what+" directory event", "event", ev.String())
+			check()
+		case err, ok := <-watchErrs:
+			if !ok {
+				watchErrs = nil
 				continue
 			}
-			last = data
-			select {
-			case changed <- struct{}{}:
-			default: // a reload is already pending
+			log.Warn("watching the "+fw.what+" failed; the periodic check goes on", "err", err)
+		case <-fw.kick:
+			check()
+		case <-tick.C():
+			if w == nil {
+				openWatcher(false)
+			}
+			check()
+		case <-settleC:
+			settleC = nil
+			cur := readFileSnapshot(fw.path, fw.maxSize)
+			if !cur.same(*candidate) {
+				candidate = &cur
+				startSettle()
+				log.Debug(fw.what+" still changing; waiting for it to settle", "bytes", len(cur.Data), "state", cur.key)
+				continue
+			}
+			candidate = nil
+			if last == nil || !cur.same(*last) {
+				last = &cur
+				send(cur)
+			}
+			// The link chain may point elsewhere now: watch there, and
+			// look again at what changed before the watch was added.
+			if arm() {
+				check()
 			}
 		}
+	}
+}
+
+// watchDirs returns the directories to watch for path: the nearest existing
+// ancestor of the file's directory and of every symlink target on its link
+// chain, each canonical (symlinks resolved), so that a rename, a swap of any
+// link, an edit of the final target or a re-created directory all show up as
+// an event in one of them.
+func watchDirs(path string) map[string]bool {
+	dirs := map[string]bool{}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	dirs[nearestExistingDir(filepath.Dir(abs))] = true
+	p := abs
+	for range maxSymlinkHops {
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			break
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			break
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		dirs[nearestExistingDir(filepath.Dir(target))] = true
+		p = target
+	}
+	if resolved, err := filepath.EvalSymlinks(abs); err == nil {
+		dirs[nearestExistingDir(filepath.Dir(resolved))] = true
+	}
+	delete(dirs, "")
+	return dirs
+}
+
+// nearestExistingDir returns dir, or its nearest ancestor that exists and
+// is a directory, with symlinks resolved.
+func nearestExistingDir(dir string) string {
+	for {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			if r, err := filepath.EvalSymlinks(dir); err == nil {
+				return r
+			}
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
 	}
 }

@@ -172,7 +172,7 @@ func TestHelmValuesReachFlags(t *testing.T) {
 		f, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		flags = append(flags, f)
 	}
-	wantDefault := []string{"driver-root", "sysfs-root", "kubelet-dir", "rules", "metrics-addr", "publish"}
+	wantDefault := []string{"driver-root", "sysfs-root", "kubelet-dir", "rules", "metrics-addr", "state-dir", "publish"}
 	if !slices.Equal(flags, wantDefault) {
 		t.Errorf("default flags %v, want %v", flags, wantDefault)
 	}
