@@ -43,7 +43,6 @@ func TestCluster(t *testing.T) {
 	t.Run("PublishWithoutMIG", c.testPublishWithoutMIG)
 	t.Run("KubeletAllocation", c.testKubelet)
 	t.Run("PoolsAndRulesEdits", c.testPools)
-	t.Run("APIServerOutage", c.testOutage)
 }
 
 // node registers a Node with extra labels, the way a kubelet would (plus

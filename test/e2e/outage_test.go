@@ -1,38 +1,71 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/url"
+	"maps"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"sync"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 
 	"github.com/featureplug/featureplug/test/harness"
 )
 
-// outageDuration is how long the API server stays unreachable.
-const outageDuration = 30 * time.Second
+// outageDuration is how long kube-apiserver stays stopped.
+const outageDuration = 25 * time.Second
 
-// publishAfterOutageTimeout bounds how long publishing may take to resume
-// once the API server is back: the publisher's backoff is capped at about a
-// minute.
-const publishAfterOutageTimeout = 3 * time.Minute
+// outageStopGrace is how long kube-apiserver gets between SIGTERM and
+// SIGKILL: it stops listening at once but holds nfd-master's watches open
+// until it is killed.
+const outageStopGrace = 5 * time.Second
 
-// testOutage cuts the agent off the API server for 30 seconds: device-plugin
-// serving never stops (capacity stays, a hardware change still reaches the
-// kubelet, Allocate works), and the change made during the outage is
-// published once the API server is reachable again.
-func (c *cluster) testOutage(t *testing.T) {
-	proxy := startProxy(t, c.api.Config.Host)
-	kubeconfig := proxiedKubeconfig(t, c.api.KubeconfigPath, proxy.addr)
-	node := c.node(t, "outage-dgx-a100", nil)
+// outageRecoveryTimeout bounds how long publishing may take to resume once
+// kube-apiserver is ready again: the publisher retries with a backoff capped
+// at a minute, and nfd-master's informers re-watch with one capped at 30 s
+// plus up to 100% jitter.
+const outageRecoveryTimeout = 3 * time.Minute
+
+// outageSampleEvery is how often the outage test looks at the serving side
+// while kube-apiserver is down.
+const outageSampleEvery = 500 * time.Millisecond
+
+// TestFault00APIServerRestart stops the real kube-apiserver process for 25
+// seconds and starts it again on the same address with the same etcd,
+// certificates and credentials, while featureplug publishes a NodeFeature
+// (through the real nfd-master to the Node's labels) and serves the kubelet's
+// device manager. While it is down: featureplug keeps running and stays live
+// and ready, counts the failed publishes, follows a hardware change (two GPUs
+// gone, SIGHUP) to the kubelet, and Allocate works. Once it is back: the
+// change is published without a restart of featureplug or nfd-master (the
+// NodeFeature and the Node's labels equal what `featureplug discover` gives
+// for the new hardware), the NodeFeature is the same object, and no Node
+// label was lost. The time from kube-apiserver ready to the NodeFeature and
+// the Node's labels updated is logged, not asserted.
+func TestFault00APIServerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, kube-apiserver, nfd-master and featureplug")
+	}
+	api := harness.StartAPIServer(t)
+	master := harness.StartNFDMaster(t, api, nfdMasterNode)
+	c := &cluster{api: api, master: master}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := api.CreateNamespace(ctx, agentNamespace); err != nil {
+		t.Fatal(err)
+	}
+	node := c.node(t, "outage-dgx-a100", map[string]string{"example.com/rack": "r7"})
 	fake := copyFile(t, bundledFakeNode("dgx-a100"), t.TempDir(), "node.yaml")
 	dir := shortTempDir(t)
 	peer := harness.StartKubeletPeer(t, dir)
@@ -42,202 +75,256 @@ func (c *cluster) testOutage(t *testing.T) {
 		Publish:    "nodefeature",
 		Rules:      "mixed",
 		KubeletDir: dir,
-		Kubeconfig: kubeconfig,
+		Kubeconfig: api.KubeconfigPath,
 		Namespace:  agentNamespace,
 		Extra:      []string{"--resync-interval", "1s", "--rediscover-interval", "1h"},
 	})
-	c.waitLabels(t, node, map[string]string{"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"})
-	waitCapacities(t, peer, map[string]int64{"nvidia.com/gpu": 4, "nvidia.com/mig-1g.5gb": 6})
 
-	proxy.down()
-	outage := time.Now()
+	// Before: everything published and served.
+	wantBefore := outageDiscover(t, fake)
+	nfBefore := outageWaitNodeFeature(ctx, t, c, node, wantBefore)
+	c.waitLabels(t, node, wantBefore.labels)
+	waitCapacities(t, peer, mixedDGXA100)
+	nodeBefore, err := api.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The outage.
 	errorsBefore := a.metric(t, "featureplug_publish_attempts_total", `result="error"`)
+	warnsBefore := outageCountLines(t, a.LogPath, "level=WARN")
+	down := time.Now()
+	if err := api.StopAPIServer(outageStopGrace); err != nil {
+		t.Fatal(err)
+	}
+	// The agent notices: a resync fails and is counted.
+	a.waitMetric(t, "featureplug_publish_attempts_total", func(v float64) bool { return v > errorsBefore }, `result="error"`)
 
-	// During the outage, two whole GPUs go away: the kubelet side follows
-	// at once.
+	// Two whole GPUs go away while the API server is down: the kubelet
+	// side follows at once, allocation works.
 	fewer, err := os.ReadFile(filepath.Join("testdata", "dgx-a100-six-gpus.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeFileAtomic(t, fake, fewer)
+	wantAfter := outageDiscover(t, fake)
 	a.hup(t)
-	waitCapacities(t, peer, map[string]int64{"nvidia.com/gpu": 2, "nvidia.com/mig-1g.5gb": 6})
-	ctx, cancel := context.WithTimeout(context.Background(), outageDuration+publishAfterOutageTimeout)
-	defer cancel()
+	during := outageWith(mixedDGXA100, map[string]int64{"nvidia.com/gpu": 2})
+	waitCapacities(t, peer, during)
 	if _, err := peer.Allocate(ctx, "during-outage", "main", "nvidia.com/gpu", 1); err != nil {
-		t.Fatalf("allocating during the API server outage: %v", err)
+		t.Fatalf("allocating a GPU during the API server outage: %v", err)
 	}
-	for time.Since(outage) < outageDuration {
-		if c, al := peer.Capacity("nvidia.com/gpu"); c != 2 || al != 2 {
-			t.Fatalf("%s into the outage: nvidia.com/gpu capacity %d, allocatable %d, want 2, 2", time.Since(outage).Round(time.Second), c, al)
-		}
-		if !a.Running() {
-			t.Fatalf("featureplug exited during the outage: %v", a.ExitErr())
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	outageHold(t, a, master, peer, during, down.Add(outageDuration))
 	if _, err := peer.Allocate(ctx, "end-of-outage", "main", "nvidia.com/mig-1g.5gb", 1); err != nil {
-		t.Fatalf("allocating at the end of the API server outage: %v", err)
+		t.Fatalf("allocating a MIG device at the end of the API server outage: %v", err)
 	}
-	if got := a.metric(t, "featureplug_publish_attempts_total", `result="error"`); got <= errorsBefore {
-		t.Errorf("no failed publish counted during a %s outage (featureplug_publish_attempts_total{result=\"error\"} stayed %v)", outageDuration, got)
-	}
+	errorsDuring := a.metric(t, "featureplug_publish_attempts_total", `result="error"`) - errorsBefore
+	warnsDuring := outageCountLines(t, a.LogPath, "level=WARN") - warnsBefore
 
-	proxy.up(t)
-	back := time.Now()
-	wctx, wcancel := context.WithTimeout(context.Background(), publishAfterOutageTimeout)
-	defer wcancel()
-	if err := c.api.WaitNodeLabels(wctx, node, map[string]string{"nvidia.com/gpu.count": "6"}); err != nil {
-		t.Fatalf("the change made during the outage was not published after it: %v", err)
+	// Back, on the same address, with the same etcd and credentials.
+	restart := time.Now()
+	if err := api.StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("the change made during a %s outage reached the node labels %s after the API server was back",
-		outageDuration, time.Since(back).Round(time.Millisecond))
-}
+	ready := time.Now()
+	t.Logf("kube-apiserver down %s, ready %s after its start; featureplug counted %v failed publishes and logged %d WARN lines meanwhile",
+		restart.Sub(down).Round(time.Millisecond), ready.Sub(restart).Round(time.Millisecond), errorsDuring, warnsDuring)
 
-// proxiedKubeconfig writes a copy of the kubeconfig at path whose clusters
-// point at addr (host:port) instead, and returns the copy's path.
-func proxiedKubeconfig(t *testing.T, path, addr string) string {
-	t.Helper()
-	cfg, err := clientcmd.LoadFromFile(path)
+	nfAfter := outageWaitNodeFeature(ctx, t, c, node, wantAfter)
+	nfTook := time.Since(ready)
+	lctx, lcancel := context.WithTimeout(ctx, outageRecoveryTimeout)
+	defer lcancel()
+	if err := api.WaitNodeLabels(lctx, node, wantAfter.labels); err != nil {
+		t.Fatalf("the change made during the outage did not reach the Node's labels: %v", err)
+	}
+	labelsTook := time.Since(ready)
+	t.Logf("after kube-apiserver was ready: NodeFeature updated in %s, Node labels in %s",
+		nfTook.Round(time.Millisecond), labelsTook.Round(time.Millisecond))
+
+	// Nothing lost: the same NodeFeature object, every Node label still
+	// there (only gpu.count changed, as the hardware did), featureplug and
+	// nfd-master the same processes, devices still served.
+	if nfAfter.UID != nfBefore.UID {
+		t.Errorf("NodeFeature %s was replaced across the outage: uid %s -> %s", nfAfter.Name, nfBefore.UID, nfAfter.UID)
+	}
+	nodeAfter, err := api.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("loading kubeconfig %s: %v", path, err)
+		t.Fatal(err)
 	}
-	for _, cl := range cfg.Clusters {
-		cl.Server = "https://" + addr
+	for k, v := range nodeBefore.Labels {
+		want := v
+		if w, ok := wantAfter.labels[k]; ok {
+			want = w
+		}
+		if got, ok := nodeAfter.Labels[k]; !ok || got != want {
+			t.Errorf("node label %s is %q (present %v) after the outage, want %q (before: %q)", k, got, ok, want, v)
+		}
 	}
-	out := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, out); err != nil {
-		t.Fatalf("writing kubeconfig %s: %v", out, err)
+	for _, p := range []*harness.Process{a.Process, master.Process} {
+		if !p.Running() {
+			t.Errorf("%s exited: %v", p.Name, p.ExitErr())
+		}
 	}
-	return out
+	waitCapacities(t, peer, during)
+	if _, err := peer.Allocate(ctx, "after-outage", "main", "nvidia.com/gpu", 1); err != nil {
+		t.Errorf("allocating a GPU after the API server outage: %v", err)
+	}
+	if got := a.metric(t, "featureplug_publish_attempts_total", `result="ok"`); got == 0 {
+		t.Errorf("featureplug_publish_attempts_total{result=\"ok\"} is 0 after the outage")
+	}
 }
 
-// tcpProxy forwards a loopback port to the API server. Taking it down closes
-// the port and every connection through it, which to a client is the API
-// server going away; bringing it up listens on the same port again.
-type tcpProxy struct {
-	addr   string
-	target string
-
-	mu    sync.Mutex
-	ln    net.Listener
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
-}
-
-// startProxy starts a proxy to target (an https:// URL or host:port) on a
-// free loopback port; it is taken down when the test ends.
-func startProxy(t *testing.T, target string) *tcpProxy {
+// outageHold keeps kube-apiserver down until the deadline, checking every
+// outageSampleEvery that featureplug and nfd-master still run, that
+// featureplug answers /healthz and /readyz (an API outage must not make a
+// liveness probe restart it, nor take it out of readiness) and that the
+// kubelet still sees every resource with the wanted capacity.
+func outageHold(t *testing.T, a *agent, master *harness.NFDMaster, peer *harness.KubeletPeer, want map[string]int64, deadline time.Time) {
 	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil || u.Host == "" {
-		t.Fatalf("API server address %q is not a URL: %v", target, err)
+	tick := time.NewTicker(outageSampleEvery)
+	defer tick.Stop()
+	end := time.NewTimer(time.Until(deadline))
+	defer end.Stop()
+	for samples := 0; ; samples++ {
+		into := time.Until(deadline)
+		if !a.Running() {
+			t.Fatalf("featureplug exited during the API server outage (%s before its end): %v", into.Round(time.Second), a.ExitErr())
+		}
+		if !master.Running() {
+			t.Fatalf("nfd-master exited during the API server outage (%s before its end): %v", into.Round(time.Second), master.ExitErr())
+		}
+		for _, probe := range []string{"/healthz", "/readyz"} {
+			code, body, err := a.get(probe)
+			if err != nil || code != http.StatusOK {
+				t.Fatalf("featureplug %s during the API server outage (%s before its end): %d %q %v", probe, into.Round(time.Second), code, body, err)
+			}
+		}
+		for res, n := range want {
+			if c, al := peer.Capacity(res); c != n || al != n {
+				t.Fatalf("%s capacity %d, allocatable %d during the API server outage (%s before its end), want %d",
+					res, c, al, into.Round(time.Second), n)
+			}
+		}
+		select {
+		case <-end.C:
+			t.Logf("serving checked %d times during the outage", samples+1)
+			return
+		case <-tick.C:
+		}
 	}
-	p := &tcpProxy{target: u.Host, conns: map[net.Conn]struct{}{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listening for the API server proxy: %v", err)
+}
+
+// outagePublished is what featureplug publishes for a fake node: the
+// NodeFeature's labels and features, as `featureplug discover` computes
+// them.
+type outagePublished struct {
+	labels   map[string]string
+	features nfdv1alpha1.Features
+}
+
+// outageDiscover runs `featureplug discover` on the fake node with the
+// mixed rules, for the labels and the features the agent must publish.
+func outageDiscover(t *testing.T, fakeNode string) outagePublished {
+	t.Helper()
+	run := func(args ...string) []byte {
+		out, err := exec.Command(build.agent, append([]string{"discover", "--fake-node", fakeNode}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("featureplug discover --fake-node %s %v: %v", fakeNode, args, err)
+		}
+		return out
 	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(p.down)
+	var p outagePublished
+	var doc struct {
+		Features nfdv1alpha1.Features `json:"features"`
+	}
+	if err := json.Unmarshal(run("-o", "json"), &doc); err != nil {
+		t.Fatalf("decoding the features of featureplug discover --fake-node %s: %v", fakeNode, err)
+	}
+	p.features = doc.Features
+	p.labels = map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(run("-o", "labels", "--rules", "mixed")))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("featureplug discover -o labels: line %q is not key=value", line)
+		}
+		p.labels[k] = v
+	}
+	if len(p.labels) == 0 || len(p.features.Instances["nvidia.gpu"].Elements) == 0 {
+		t.Fatalf("featureplug discover --fake-node %s: no labels or no GPUs (%d labels)", fakeNode, len(p.labels))
+	}
 	return p
 }
 
-// up listens on the proxy's address again.
-func (p *tcpProxy) up(t *testing.T) {
+// outageWaitNodeFeature waits until the agent's NodeFeature carries exactly
+// the wanted labels and features, and returns it.
+func outageWaitNodeFeature(ctx context.Context, t *testing.T, c *cluster, node string, want outagePublished) *nfdv1alpha1.NodeFeature {
 	t.Helper()
-	var ln net.Listener
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, outageRecoveryTimeout)
 	defer cancel()
-	if err := waitFor(ctx, func() (bool, string) {
-		var err error
-		ln, err = net.Listen("tcp", p.addr)
-		return err == nil, fmt.Sprint(err)
-	}); err != nil {
-		t.Fatalf("listening on %s again: %v", p.addr, err)
-	}
-	p.serve(ln)
-}
-
-func (p *tcpProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				p.forward(c)
-			}()
+	nfs := c.api.NFD.NfdV1alpha1().NodeFeatures(agentNamespace)
+	var nf *nfdv1alpha1.NodeFeature
+	err := waitFor(wctx, func() (bool, string) {
+		got, err := nfs.Get(wctx, nodeFeatureName(node), metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
 		}
-	}()
-}
-
-func (p *tcpProxy) forward(c net.Conn) {
-	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+		nf = got
+		if d := outageLabelDiff(want.labels, got.Spec.Labels); d != "" {
+			return false, "labels: " + d
+		}
+		if !equality.Semantic.DeepEqual(want.features, got.Spec.Features) {
+			return false, fmt.Sprintf("features differ: %d nvidia.gpu instances, want %d",
+				len(got.Spec.Features.Instances["nvidia.gpu"].Elements), len(want.features.Instances["nvidia.gpu"].Elements))
+		}
+		return true, ""
+	})
 	if err != nil {
-		c.Close()
-		return
+		t.Fatalf("NodeFeature %s/%s: %v", agentNamespace, nodeFeatureName(node), err)
 	}
-	if !p.track(c, up) {
-		c.Close()
-		up.Close()
-		return
-	}
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		done <- struct{}{}
-	}
-	go pipe(up, c)
-	go pipe(c, up)
-	<-done
-	c.Close()
-	up.Close()
-	<-done
-	p.untrack(c, up)
+	return nf
 }
 
-// track records the connections unless the proxy is down.
-func (p *tcpProxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln == nil {
-		return false
+// outageLabelDiff describes how got differs from want ("" when equal).
+func outageLabelDiff(want, got map[string]string) string {
+	var d []string
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			d = append(d, fmt.Sprintf("%s=%q (present %v), want %q", k, g, ok, v))
+		}
 	}
-	for _, c := range cs {
-		p.conns[c] = struct{}{}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, fmt.Sprintf("unexpected %s=%q", k, v))
+		}
 	}
-	return true
+	slices.Sort(d)
+	return strings.Join(d, "; ")
 }
 
-func (p *tcpProxy) untrack(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		delete(p.conns, c)
-	}
+// outageWith returns a copy of base with the entries of over set.
+func outageWith(base, over map[string]int64) map[string]int64 {
+	m := maps.Clone(base)
+	maps.Copy(m, over)
+	return m
 }
 
-// down closes the listener and every open connection, and waits for the
-// proxy's goroutines. It is safe to call when already down.
-func (p *tcpProxy) down() {
-	p.mu.Lock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
+// outageCountLines counts the lines of a log file that contain s.
+func outageCountLines(t *testing.T, path, s string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading %s: %v", path, err)
 	}
-	for c := range p.conns {
-		c.Close()
+	n := 0
+	for line := range bytes.Lines(b) {
+		if bytes.Contains(line, []byte(s)) {
+			n++
+		}
 	}
-	p.mu.Unlock()
-	p.wg.Wait()
+	return n
 }

@@ -3,11 +3,16 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +36,12 @@ const nfdCRDFile = "deployment/base/nfd-crds/nfd-api-crds.yaml"
 // generous because tests share small CI machines with compilers.
 const controlPlaneStartTimeout = 2 * time.Minute
 
+// readyzTimeout bounds one GET /readyz of WaitReady.
+const readyzTimeout = 2 * time.Second
+
+// controlPlaneStopTimeout bounds the stop of etcd and of kube-apiserver.
+const controlPlaneStopTimeout = 30 * time.Second
+
 // APIServer is a kube-apiserver with its etcd, both on loopback ports chosen
 // at run time, with the NFD CRDs installed.
 type APIServer struct {
@@ -44,14 +55,24 @@ type APIServer struct {
 	// NFD is an NFD API clientset built from Config.
 	NFD nfdclient.Interface
 
-	env  *envtest.Environment
-	logs []string
+	// mu guards env and down: StopAPIServer, StartAPIServer and Stop may be
+	// called from different goroutines (a test and its cleanup).
+	mu     sync.Mutex
+	env    *envtest.Environment
+	down   bool     // kube-apiserver stopped by StopAPIServer, etcd running
+	apiLog *os.File // kube-apiserver's log, shared by its restarts
+	// apiPidFile holds the process id of the last kube-apiserver started
+	// (written by its wrapper script; envtest does not expose it).
+	apiPidFile string
+	logs       []string
 }
 
 // StartAPIServer starts etcd and kube-apiserver with envtest, installs the NFD
 // CRDs (NodeFeature, NodeFeatureRule, NodeFeatureGroup) and returns once they
 // are served. Both processes are stopped when the test ends; when it failed,
-// the tails of their logs are printed.
+// the tails of their logs are printed. kube-apiserver's certificates live in
+// a directory the harness owns (not one envtest removes on stop), so that
+// StopAPIServer and StartAPIServer can restart it with the same identity.
 func StartAPIServer(t testing.TB) *APIServer {
 	t.Helper()
 	bins := RequireBinaries(t, EtcdBinary, KubeAPIServerBinary)
@@ -61,11 +82,12 @@ func StartAPIServer(t testing.TB) *APIServer {
 	}
 	logDir := LogDir(t)
 	wrapDir := t.TempDir()
-	etcdPath, err := dieWithParent(wrapDir, bins.Path(EtcdBinary))
+	etcdPath, err := dieWithParent(wrapDir, bins.Path(EtcdBinary), "")
 	if err != nil {
 		t.Fatalf("wrapping etcd: %v", err)
 	}
-	apiPath, err := dieWithParent(wrapDir, bins.Path(KubeAPIServerBinary))
+	apiPidFile := filepath.Join(wrapDir, "kube-apiserver.pid")
+	apiPath, err := dieWithParent(wrapDir, bins.Path(KubeAPIServerBinary), apiPidFile)
 	if err != nil {
 		t.Fatalf("wrapping kube-apiserver: %v", err)
 	}
@@ -82,13 +104,19 @@ func StartAPIServer(t testing.TB) *APIServer {
 		CRDDirectoryPaths:        []string{crds},
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: controlPlaneStartTimeout,
-		ControlPlaneStopTimeout:  30 * time.Second,
+		ControlPlaneStopTimeout:  controlPlaneStopTimeout,
 	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcdPath, Out: etcdLog, Err: etcdLog}
 	api := env.ControlPlane.GetAPIServer()
 	api.Path, api.Out, api.Err = apiPath, apiLog, apiLog
+	// envtest keeps the serving port, the serving certificates, the
+	// service-account keys and the client CA across a Stop and Start of its
+	// APIServer only when CertDir is given: a directory it created itself is
+	// removed on Stop and everything is generated anew on Start, which would
+	// lock out every client made from Config.
+	api.CertDir = t.TempDir()
 
-	a := &APIServer{env: env, logs: []string{etcdLog.Name(), apiLog.Name()}}
+	a := &APIServer{env: env, apiLog: apiLog, apiPidFile: apiPidFile, logs: []string{etcdLog.Name(), apiLog.Name()}}
 	t.Cleanup(func() {
 		if err := a.Stop(); err != nil {
 			t.Logf("stopping the API server: %v", err)
@@ -125,6 +153,8 @@ func StartAPIServer(t testing.TB) *APIServer {
 // Stop stops kube-apiserver and etcd. StartAPIServer's cleanup calls it; call
 // it earlier to test what happens when the API server goes away.
 func (a *APIServer) Stop() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.env == nil {
 		return nil
 	}
@@ -132,6 +162,121 @@ func (a *APIServer) Stop() error {
 	a.env = nil
 	if err := env.Stop(); err != nil {
 		return fmt.Errorf("stopping envtest control plane: %w", err)
+	}
+	return nil
+}
+
+// StopAPIServer stops the kube-apiserver process the way a kubelet stops a
+// static pod: SIGTERM, then SIGKILL once grace has passed (0 kills at once,
+// as a crash or an OOM kill would), and waits for it to exit; etcd keeps
+// running with its data. kube-apiserver stops listening as soon as it gets
+// SIGTERM, so new requests are refused from then on, but it can keep open
+// watch connections (nfd-master's informers) for longer than 30 s: grace
+// decides how long clients with a watch open see a silent server before
+// their connections break.
+func (a *APIServer) StopAPIServer(grace time.Duration) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.env == nil {
+		return errors.New("stopping kube-apiserver: the control plane was stopped")
+	}
+	if a.down {
+		return errors.New("stopping kube-apiserver: already stopped")
+	}
+	b, err := os.ReadFile(a.apiPidFile)
+	if err != nil {
+		return fmt.Errorf("stopping kube-apiserver: its process id: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return fmt.Errorf("stopping kube-apiserver: %s holds %q, not a process id", a.apiPidFile, b)
+	}
+	how := "SIGKILL"
+	if grace > 0 {
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			return fmt.Errorf("stopping kube-apiserver (pid %d): SIGTERM: %w", pid, err)
+		}
+		how = "SIGTERM"
+	}
+	if !waitGone(pid, grace) {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("stopping kube-apiserver (pid %d): SIGKILL: %w", pid, err)
+		}
+		if grace > 0 {
+			how = fmt.Sprintf("SIGTERM, SIGKILL after %s", grace)
+		}
+		if !waitGone(pid, controlPlaneStopTimeout) {
+			return fmt.Errorf("stopping kube-apiserver (pid %d): still there %s after SIGKILL", pid, controlPlaneStopTimeout)
+		}
+	}
+	// envtest reaps the process; its next Start makes a new one with the
+	// same flags.
+	a.down = true
+	fmt.Fprintf(a.apiLog, "\n# --- %s: kube-apiserver (pid %d) stopped by the test (%s); etcd keeps running\n\n",
+		time.Now().UTC().Format(time.RFC3339Nano), pid, how)
+	return nil
+}
+
+// waitGone waits up to d for process pid to have exited and been reaped.
+func waitGone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, with the
+// flags envtest computed the first time: the same address and port, the same
+// serving certificate and CA, the same service-account keys, the same
+// client-certificate CA (so the admin credentials of Config and
+// KubeconfigPath stay valid) and the same etcd, whose data, CRDs included,
+// was kept. Config, KubeconfigPath, Client and NFD keep working, as do the
+// clients other processes built from them. It returns once /readyz answers
+// ok, or with ctx's error; the process start itself is bounded by the
+// control-plane start timeout (2 minutes). It fails if another process took
+// the port meanwhile.
+func (a *APIServer) StartAPIServer(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.env == nil {
+		return errors.New("starting kube-apiserver: the control plane was stopped")
+	}
+	if !a.down {
+		return errors.New("starting kube-apiserver: it is running (StopAPIServer first)")
+	}
+	fmt.Fprintf(a.apiLog, "# --- %s: kube-apiserver started again by the test\n", time.Now().UTC().Format(time.RFC3339Nano))
+	api := a.env.ControlPlane.GetAPIServer()
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again at %s (port taken meanwhile?): %w", a.Config.Host, err)
+	}
+	a.down = false
+	if u, err := url.Parse(a.Config.Host); err != nil || u.Host != api.SecureServing.HostPort() {
+		return fmt.Errorf("kube-apiserver came back at %s, not at %s", api.SecureServing.HostPort(), a.Config.Host)
+	}
+	return a.WaitReady(ctx)
+}
+
+// WaitReady waits until kube-apiserver's /readyz answers ok: etcd reachable,
+// every post-start hook done (CRDs served, RBAC bootstrapped).
+func (a *APIServer) WaitReady(ctx context.Context) error {
+	rc := a.Client.Discovery().RESTClient()
+	err := poll(ctx, func() (bool, string, error) {
+		rctx, cancel := context.WithTimeout(ctx, readyzTimeout)
+		defer cancel()
+		body, err := rc.Get().AbsPath("/readyz").DoRaw(rctx)
+		if err != nil {
+			return false, fmt.Sprintf("GET /readyz: %v: %s", err, body), nil
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for kube-apiserver at %s to be ready: %w", a.Config.Host, err)
 	}
 	return nil
 }
@@ -219,16 +364,23 @@ func NFDCRDPath() (string, error) {
 
 // dieWithParent writes a wrapper script in dir that runs bin with SIGKILL as
 // its parent-death signal (setpriv --pdeathsig), so a control-plane process
-// started by envtest cannot outlive a crashed or timed-out test binary. Where
-// setpriv is missing it returns bin itself.
-func dieWithParent(dir, bin string) (string, error) {
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
+// started by envtest cannot outlive a crashed or timed-out test binary. When
+// pidFile is not empty the wrapper first writes its process id there (exec
+// keeps it: it is bin's). Where setpriv is missing and no pidFile is asked
+// for, it returns bin itself.
+func dieWithParent(dir, bin, pidFile string) (string, error) {
+	exec1 := fmt.Sprintf("exec %q \"$@\"\n", bin)
+	if setpriv, err := exec.LookPath("setpriv"); err == nil {
+		exec1 = fmt.Sprintf("exec %q --pdeathsig KILL -- %q \"$@\"\n", setpriv, bin)
+	} else if pidFile == "" {
 		return bin, nil
 	}
+	script := "#!/bin/sh\n"
+	if pidFile != "" {
+		script += fmt.Sprintf("echo $$ > %q\n", pidFile)
+	}
 	wrapper := filepath.Join(dir, filepath.Base(bin))
-	script := fmt.Sprintf("#!/bin/sh\nexec %q --pdeathsig KILL -- %q \"$@\"\n", setpriv, bin)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+	if err := os.WriteFile(wrapper, []byte(script+exec1), 0o755); err != nil {
 		return "", fmt.Errorf("writing wrapper for %s: %w", bin, err)
 	}
 	return wrapper, nil
