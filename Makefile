@@ -17,7 +17,7 @@ export CGO_CFLAGS  := -O2 -g -Wno-deprecated-declarations
 
 GOLANGCI_LINT_VERSION ?= v2.15.0
 
-.PHONY: all build test unit e2e components lint demo bench bench-go bench-process bench-profile fuzz clean
+.PHONY: all build test unit e2e faults components lint demo bench bench-go bench-process bench-profile fuzz clean
 
 all: build
 
@@ -36,8 +36,15 @@ components:
 	bash test/components/build.sh
 
 ## e2e: end-to-end tests against real components (builds them when missing).
+## It includes the fault suite.
 e2e: components
 	cd test && $(GO) test -race -count=1 -timeout 30m ./...
+
+## faults: only the fault suite (test/e2e/faults_*_test.go): one test per
+## operator-caused fault in docs/reliability.md, each asserting what
+## featureplug does about it.
+faults: components
+	cd test && $(GO) test -race -count=1 -timeout 30m -run '^TestFault' ./e2e/
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
@@ -92,7 +99,7 @@ bench-profile: build
 		dir=$$(mktemp -d /tmp/fpp.XXXX); \
 		perf record -q -F 20000 -g -o $(BENCH_OUT)/startup.perf.data -- sh -c \
 			'for i in 1 2 3 4 5 6 7 8 9 10; do timeout -s TERM 0.4 $(BIN) run --fake-node dgx-a100 --rules mixed \
-				--publish none --kubelet-dir '$$dir' --metrics-addr 127.0.0.1:0 >/dev/null 2>&1; done'; \
+				--publish none --kubelet-dir '$$dir' --state-dir '$$dir'/state --metrics-addr 127.0.0.1:0 >/dev/null 2>&1; done'; \
 		perf report -i $(BENCH_OUT)/startup.perf.data --comm featureplug --children --sort symbol -g none \
 			--percent-limit 4 --stdio 2>/dev/null | awk '/%/ && !/^#/ {print $$1, $$4}'; \
 		rm -rf $$dir; \
