@@ -1,199 +1,118 @@
 package discovery
 
 import (
-	"strconv"
-	"strings"
-
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 )
 
-// Feature names published by featureplug, in NFD's <domain>.<feature> form.
-// Rules and NodeFeatureRules are written against these; keep them stable.
-const (
-	// FeatureGPU has one instance per physical GPU.
-	FeatureGPU = "nvidia.gpu"
-	// FeatureMIG has one instance per MIG device.
-	FeatureMIG = "nvidia.mig"
-	// FeatureDriver holds node-level driver attributes.
-	FeatureDriver = "nvidia.driver"
-	// FeatureCapabilities holds node-level capability flags.
-	FeatureCapabilities = "nvidia.capabilities"
-)
-
-// Attribute names of the nvidia.gpu instances.
-const (
-	AttrIndex        = "index"
-	AttrMinor        = "minor"
-	AttrUUID         = "uuid"
-	AttrProduct      = "product"
-	AttrBrand        = "brand"
-	AttrFamily       = "family"
-	AttrArchitecture = "architecture"
-	AttrComputeMajor = "compute.major"
-	AttrComputeMinor = "compute.minor"
-	AttrMemory       = "memory"
-	AttrMIGCapable   = "mig.capable"
-	AttrMIGEnabled   = "mig.enabled"
-	AttrMIGCount     = "mig.count"
-	AttrNUMA         = "numa"
-	AttrPCIBus       = "pci.bus"
-	AttrComputeMode  = "compute.mode"
-	AttrNVLinks      = "nvlinks"
-	AttrNVLinkPeers  = "nvlink.peers"
-)
-
-// Attribute names of the nvidia.mig instances (besides uuid, index and memory).
-const (
-	AttrProfile            = "profile"
-	AttrMultiprocessors    = "multiprocessors"
-	AttrSlicesGI           = "slices.gi"
-	AttrSlicesCI           = "slices.ci"
-	AttrGPUInstance        = "gi"
-	AttrComputeInstance    = "ci"
-	AttrEnginesCopy        = "engines.copy"
-	AttrEnginesDecoder     = "engines.decoder"
-	AttrEnginesEncoder     = "engines.encoder"
-	AttrEnginesJPEG        = "engines.jpeg"
-	AttrEnginesOFA         = "engines.ofa"
-	AttrParentUUID         = "parent.uuid"
-	AttrParentIndex        = "parent.index"
-	AttrParentProduct      = "parent.product"
-	AttrParentFamily       = "parent.family"
-	AttrParentMemory       = "parent.memory"
-	AttrParentNUMA         = "parent.numa"
-	AttrParentComputeMajor = "parent.compute.major"
-)
-
-// Attribute names of nvidia.driver.
-const (
-	AttrDriverVersion = "version"
-	AttrDriverMajor   = "major"
-	AttrCUDAVersion   = "cuda.version"
-	AttrCUDAMajor     = "cuda.major"
-	AttrCUDAMinor     = "cuda.minor"
-	AttrNVMLVersion   = "nvml.version"
-	AttrGPUCount      = "gpu.count"
-)
-
-// Flags of nvidia.capabilities.
-const (
-	// FlagMIG is set when any GPU is MIG capable.
-	FlagMIG = "mig"
-	// FlagMIGEnabled is set when any GPU has MIG mode enabled.
-	FlagMIGEnabled = "mig.enabled"
-	// FlagNVLink is set when any two GPUs are connected by NVLink.
-	FlagNVLink = "nvlink"
-	// FlagMPS is set when any GPU can host CUDA MPS (compute capability 3.5
-	// or later).
-	FlagMPS = "mps"
-)
-
-// Features converts an Inventory into NFD features. The result is
-// deterministic: instances are ordered by GPU index, then MIG device index.
+// Features converts an Inventory into NFD features, as the attribute catalog
+// (Attributes) describes them. The result is deterministic: instances are
+// ordered by GPU index, then MIG device index.
 func Features(inv *Inventory) *nfdv1alpha1.Features {
 	f := nfdv1alpha1.NewFeatures()
 
 	f.Attributes[FeatureDriver] = nfdv1alpha1.NewAttributeFeatures(DriverAttributes(inv))
 
-	var flags []string
-	if inv.anyGPU(func(g *GPU) bool { return g.MIGCapable }) {
-		flags = append(flags, FlagMIG)
+	flags := make(map[string]nfdv1alpha1.Nil, len(byFeature.flags))
+	for i := range byFeature.flags {
+		a := &byFeature.flags[i]
+		if _, ok := a.node(inv); ok {
+			flags[a.Name] = nfdv1alpha1.Nil{}
+		}
 	}
-	if inv.anyGPU(func(g *GPU) bool { return g.MIGEnabled }) {
-		flags = append(flags, FlagMIGEnabled)
-	}
-	if inv.Links.hasNVLink() {
-		flags = append(flags, FlagNVLink)
-	}
-	if inv.anyGPU(func(g *GPU) bool { return g.ComputeMajor > 3 || (g.ComputeMajor == 3 && g.ComputeMinor >= 5) }) {
-		flags = append(flags, FlagMPS)
-	}
-	f.Flags[FeatureCapabilities] = nfdv1alpha1.NewFlagFeatures(flags...)
+	f.Flags[FeatureCapabilities] = nfdv1alpha1.FlagFeatureSet{Elements: flags}
 
 	gpus := make([]nfdv1alpha1.InstanceFeature, 0, len(inv.GPUs))
 	// Never nil: the API server refuses an instance feature with null elements.
-	migs := []nfdv1alpha1.InstanceFeature{}
+	migs := make([]nfdv1alpha1.InstanceFeature, 0, inv.MIGDeviceCount())
 	for i := range inv.GPUs {
 		g := &inv.GPUs[i]
-		gpus = append(gpus, *nfdv1alpha1.NewInstanceFeature(GPUAttributes(inv, g)))
+		gpus = append(gpus, nfdv1alpha1.InstanceFeature{Attributes: GPUAttributes(inv, g)})
+		if len(g.MIGDevices) == 0 {
+			continue
+		}
+		parent := parentValues(g)
 		for j := range g.MIGDevices {
-			migs = append(migs, *nfdv1alpha1.NewInstanceFeature(MIGAttributes(g, &g.MIGDevices[j])))
+			migs = append(migs, nfdv1alpha1.InstanceFeature{Attributes: migAttributes(parent, &g.MIGDevices[j])})
 		}
 	}
-	f.Instances[FeatureGPU] = nfdv1alpha1.NewInstanceFeatures(gpus...)
-	f.Instances[FeatureMIG] = nfdv1alpha1.NewInstanceFeatures(migs...)
+	f.Instances[FeatureGPU] = nfdv1alpha1.InstanceFeatureSet{Elements: gpus}
+	f.Instances[FeatureMIG] = nfdv1alpha1.InstanceFeatureSet{Elements: migs}
 	return f
 }
 
 // DriverAttributes returns the attributes of the nvidia.driver feature.
 func DriverAttributes(inv *Inventory) map[string]string {
-	attrs := map[string]string{
-		AttrDriverVersion: inv.DriverVersion,
-		AttrCUDAVersion:   inv.CUDADriverVersion,
-		AttrNVMLVersion:   inv.NVMLVersion,
-		AttrGPUCount:      strconv.Itoa(len(inv.GPUs)),
-	}
-	if major, _, ok := strings.Cut(inv.DriverVersion, "."); ok {
-		attrs[AttrDriverMajor] = major
-	}
-	if major, minor, ok := strings.Cut(inv.CUDADriverVersion, "."); ok {
-		attrs[AttrCUDAMajor] = major
-		attrs[AttrCUDAMinor] = minor
+	attrs := make(map[string]string, len(byFeature.driver))
+	for i := range byFeature.driver {
+		a := &byFeature.driver[i]
+		if v, ok := a.node(inv); ok {
+			attrs[a.Name] = v
+		}
 	}
 	return attrs
 }
 
 // GPUAttributes returns the attributes of one nvidia.gpu instance.
 func GPUAttributes(inv *Inventory, g *GPU) map[string]string {
-	return map[string]string{
-		AttrIndex:        strconv.Itoa(g.Index),
-		AttrMinor:        strconv.Itoa(g.Minor),
-		AttrUUID:         g.UUID,
-		AttrProduct:      g.Product,
-		AttrBrand:        g.Brand,
-		AttrFamily:       g.Family,
-		AttrArchitecture: g.Architecture,
-		AttrComputeMajor: strconv.Itoa(g.ComputeMajor),
-		AttrComputeMinor: strconv.Itoa(g.ComputeMinor),
-		AttrMemory:       strconv.FormatUint(g.MemoryMiB, 10),
-		AttrMIGCapable:   strconv.FormatBool(g.MIGCapable),
-		AttrMIGEnabled:   strconv.FormatBool(g.MIGEnabled),
-		AttrMIGCount:     strconv.Itoa(len(g.MIGDevices)),
-		AttrNUMA:         strconv.Itoa(g.NUMANode),
-		AttrPCIBus:       g.PCIBusID,
-		AttrComputeMode:  g.ComputeMode,
-		AttrNVLinks:      strconv.Itoa(g.NVLinks),
-		AttrNVLinkPeers:  strconv.Itoa(inv.Links.nvlinkPeers(g.Index)),
+	list := byFeature.gpu
+	attrs := make(map[string]string, len(list))
+	for i := range list {
+		a := &list[i]
+		attrs[a.Name] = a.gpu(inv, g)
 	}
+	return attrs
 }
 
 // MIGAttributes returns the attributes of one nvidia.mig instance, including
 // the attributes of its parent GPU that rules commonly match on.
 func MIGAttributes(parent *GPU, m *MIGDevice) map[string]string {
-	return map[string]string{
-		AttrIndex:              strconv.Itoa(m.Index),
-		AttrUUID:               m.UUID,
-		AttrProfile:            m.Profile,
-		AttrMemory:             strconv.FormatUint(m.MemoryMiB, 10),
-		AttrMultiprocessors:    strconv.Itoa(m.Multiprocessors),
-		AttrSlicesGI:           strconv.Itoa(m.GISlices),
-		AttrSlicesCI:           strconv.Itoa(m.CISlices),
-		AttrGPUInstance:        strconv.Itoa(m.GPUInstanceID),
-		AttrComputeInstance:    strconv.Itoa(m.ComputeInstanceID),
-		AttrEnginesCopy:        strconv.Itoa(m.Engines.Copy),
-		AttrEnginesDecoder:     strconv.Itoa(m.Engines.Decoder),
-		AttrEnginesEncoder:     strconv.Itoa(m.Engines.Encoder),
-		AttrEnginesJPEG:        strconv.Itoa(m.Engines.JPEG),
-		AttrEnginesOFA:         strconv.Itoa(m.Engines.OFA),
-		AttrParentUUID:         parent.UUID,
-		AttrParentIndex:        strconv.Itoa(parent.Index),
-		AttrParentProduct:      parent.Product,
-		AttrParentFamily:       parent.Family,
-		AttrParentMemory:       strconv.FormatUint(parent.MemoryMiB, 10),
-		AttrParentNUMA:         strconv.Itoa(parent.NUMANode),
-		AttrParentComputeMajor: strconv.Itoa(parent.ComputeMajor),
-	}
+	return migAttributes(parentValues(parent), m)
 }
+
+// parentValues returns the values of the nvidia.mig attributes read from
+// the parent GPU, in byFeature.parent's order: the same for all its MIG
+// devices, so Features reads them once per GPU.
+func parentValues(g *GPU) []string {
+	list := byFeature.parent
+	values := make([]string, len(list))
+	for i := range list {
+		values[i] = list[i].parent(g)
+	}
+	return values
+}
+
+func migAttributes(parent []string, m *MIGDevice) map[string]string {
+	list, plist := byFeature.mig, byFeature.parent
+	attrs := make(map[string]string, len(list)+len(plist))
+	for i := range list {
+		a := &list[i]
+		attrs[a.Name] = a.mig(m)
+	}
+	for i := range plist {
+		attrs[plist[i].Name] = parent[i]
+	}
+	return attrs
+}
+
+// byFeature is the catalog split by feature, read-only like it, so that
+// building features does not scan the whole catalog for every instance.
+var byFeature = func() (v struct{ gpu, mig, parent, driver, flags []Attribute }) {
+	for _, a := range catalog {
+		switch {
+		case a.Feature == FeatureGPU:
+			v.gpu = append(v.gpu, a)
+		case a.parent != nil:
+			v.parent = append(v.parent, a)
+		case a.Feature == FeatureMIG:
+			v.mig = append(v.mig, a)
+		case a.Feature == FeatureDriver:
+			v.driver = append(v.driver, a)
+		case a.Feature == FeatureCapabilities:
+			v.flags = append(v.flags, a)
+		}
+	}
+	return v
+}()
 
 func (inv *Inventory) anyGPU(pred func(*GPU) bool) bool {
 	for i := range inv.GPUs {

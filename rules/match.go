@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/node-feature-discovery/pkg/apis/nfd/nodefeaturerule"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // termExplainer is one matcher term split into single expressions, in key
@@ -47,7 +48,7 @@ func (c *checker) checkMatcher(r *rule, at path, m nfdv1alpha1.FeatureMatcher) [
 		case !known:
 			c.ruleWarning(r, tp.with("feature"), strconv.Quote(term.Feature),
 				"featureplug never publishes this feature, so the term never matches (it publishes "+strings.Join(c.schema.names(), ", ")+")")
-		case feature == discovery.FeatureMIG && r.devices == DeviceGPU:
+		case feature == discovery.FeatureMIG && r.devices == plan.DeviceGPU:
 			c.ruleWarning(r, tp.with("feature"), strconv.Quote(term.Feature),
 				"a devices: gpu rule sees no nvidia.mig instance, so the term never matches")
 		}
@@ -111,9 +112,9 @@ func (c *checker) checkExpression(r *rule, at path, feature string, fs featureSc
 	if !known {
 		return
 	}
-	sample, has := fs.samples[key]
+	attr, has := fs.attrs[key]
 	if !has {
-		c.ruleWarning(r, at, "", fmt.Sprintf("featureplug never publishes %q in %s (it publishes %s)", key, feature, strings.Join(slices.Sorted(maps.Keys(fs.samples)), ", ")))
+		c.ruleWarning(r, at, "", fmt.Sprintf("featureplug never publishes %q in %s (it publishes %s)", key, feature, strings.Join(slices.Sorted(maps.Keys(fs.attrs)), ", ")))
 		return
 	}
 	switch fs.kind {
@@ -124,21 +125,19 @@ func (c *checker) checkExpression(r *rule, at path, feature string, fs featureSc
 			c.ruleWarning(r, at, formatExpression(e), fmt.Sprintf("%s is a flag without a value: op %s never matches it; use Exists or DoesNotExist", feature+"."+key, e.Op))
 		}
 	default:
+		// The sample is a value of the attribute's catalog type, so
+		// whether NFD can compare it is whether it can compare the type.
 		set := nfdv1alpha1.MatchExpressionSet{key: e}
-		if _, _, err := nodefeaturerule.MatchValues(&set, map[string]string{key: sample}, false); err != nil {
-			msg := fmt.Sprintf("op %s cannot compare %s.%s, whose values look like %q: %v", e.Op, feature, key, sample, err)
-			if e.Type == "" {
-				v := *e
-				v.Type = nfdv1alpha1.TypeVersion
-				if _, _, verr := nodefeaturerule.MatchValues(&nfdv1alpha1.MatchExpressionSet{key: &v}, map[string]string{key: sample}, false); verr == nil {
-					msg += "; add type: version to compare versions"
-				}
+		if _, _, err := nodefeaturerule.MatchValues(&set, map[string]string{key: attr.sample}, false); err != nil {
+			msg := fmt.Sprintf("op %s cannot compare %s.%s, a %s whose values look like %q: %v", e.Op, feature, key, attr.typ, attr.sample, err)
+			if e.Type == "" && attr.typ == discovery.TypeVersion {
+				msg += "; add type: version to compare versions"
 			}
 			c.ruleError(r, at, formatExpression(e), msg)
 			return
 		}
-		if (e.Op == nfdv1alpha1.MatchIsTrue || e.Op == nfdv1alpha1.MatchIsFalse) && sample != "true" && sample != "false" {
-			c.ruleWarning(r, at, formatExpression(e), fmt.Sprintf("%s.%s is not true or false (values look like %q), so op %s never matches", feature, key, sample, e.Op))
+		if (e.Op == nfdv1alpha1.MatchIsTrue || e.Op == nfdv1alpha1.MatchIsFalse) && attr.typ != discovery.TypeBool {
+			c.ruleWarning(r, at, formatExpression(e), fmt.Sprintf("%s.%s is not true or false (it is a %s; values look like %q), so op %s never matches", feature, key, attr.typ, attr.sample, e.Op))
 		}
 	}
 }

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/rules/plan"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 )
 
@@ -52,41 +53,79 @@ const (
 	instanceFeature
 )
 
-// schema is what featureplug publishes: for each feature, its kind and a
-// sample value of each element (flags have the value "").
+// schema is what featureplug publishes: for each feature, its kind and, for
+// each element, its type and a sample value.
 type schema map[string]featureSchema
 
 type featureSchema struct {
-	kind    featureKind
-	samples map[string]string
+	kind  featureKind
+	attrs map[string]attrSchema
 }
 
-// newSchema derives the schema from the sample node's features, so that it
-// follows discovery without a second list of names to keep in step.
+// attrSchema is one published element. Its type comes from discovery's
+// catalog, never from a sample value; the sample is a value of that type,
+// shown in messages and used to try expressions.
+type attrSchema struct {
+	typ    discovery.Type
+	sample string // "" for flags
+}
+
+// newSchema derives the schema from discovery's attribute catalog, so that
+// it follows discovery without a second list of names and types to keep in
+// step. f, the sample node's features, gives realistic sample values; where
+// it has none valid for an attribute's type (absent, empty, unknown), the
+// catalog's example is used.
 func newSchema(f *nfdv1alpha1.Features) schema {
 	s := make(schema)
-	for name, set := range f.Flags {
-		samples := make(map[string]string, len(set.Elements))
-		for k := range set.Elements {
-			samples[k] = ""
+	for _, a := range discovery.Attributes() {
+		fs, ok := s[a.Feature]
+		if !ok {
+			fs = featureSchema{kind: kindOf(a.Kind), attrs: make(map[string]attrSchema)}
+			s[a.Feature] = fs
 		}
-		s[name] = featureSchema{kind: flagFeature, samples: samples}
-	}
-	for name, set := range f.Attributes {
-		s[name] = featureSchema{kind: attributeFeature, samples: set.Elements}
-	}
-	for name, set := range f.Instances {
-		if len(set.Elements) > 0 {
-			s[name] = featureSchema{kind: instanceFeature, samples: set.Elements[0].Attributes}
+		if fs.kind == flagFeature {
+			fs.attrs[a.Name] = attrSchema{typ: a.Type}
+			continue
 		}
+		sample, ok := sampleValue(f, a.Feature, a.Name)
+		if !ok || sample == "" || !a.Type.Valid(sample) {
+			sample = a.Example
+		}
+		fs.attrs[a.Name] = attrSchema{typ: a.Type, sample: sample}
 	}
 	return s
 }
 
+// kindOf maps discovery's feature kinds to the schema's.
+func kindOf(k discovery.Kind) featureKind {
+	switch k {
+	case discovery.KindFlags:
+		return flagFeature
+	case discovery.KindAttributes:
+		return attributeFeature
+	default:
+		return instanceFeature
+	}
+}
+
+// sampleValue returns the sample node's value of an attribute: of the node,
+// or of the feature's first instance.
+func sampleValue(f *nfdv1alpha1.Features, feature, name string) (string, bool) {
+	if set, ok := f.Attributes[feature]; ok {
+		v, ok := set.Elements[name]
+		return v, ok
+	}
+	if set, ok := f.Instances[feature]; ok && len(set.Elements) > 0 {
+		v, ok := set.Elements[0].Attributes[name]
+		return v, ok
+	}
+	return "", false
+}
+
 // sampleAttributes returns the attributes of the sample device of a kind,
 // for trying templates.
-func sampleAttributes(inv *discovery.Inventory, kind DeviceKind) map[string]string {
-	if kind == DeviceMIG {
+func sampleAttributes(inv *discovery.Inventory, kind plan.DeviceKind) map[string]string {
+	if kind == plan.DeviceMIG {
 		g := &inv.GPUs[1]
 		return discovery.MIGAttributes(g, &g.MIGDevices[0])
 	}

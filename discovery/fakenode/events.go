@@ -24,6 +24,8 @@ type eventSet struct {
 	freed  bool
 	notify chan struct{} // signalled (non-blocking) when an event arrives
 	done   chan struct{} // closed by Free
+
+	onBlock func() // tests: called when a Wait finds no event and blocks
 }
 
 var _ nvml.EventSet = (*eventSet)(nil)
@@ -58,6 +60,9 @@ func (s *eventSet) Wait(timeoutms uint32) (nvml.EventData, nvml.Return) {
 			t := time.NewTimer(time.Duration(timeoutms) * time.Millisecond)
 			defer t.Stop()
 			timer = t.C
+		}
+		if s.onBlock != nil {
+			s.onBlock()
 		}
 		select {
 		case <-s.notify:

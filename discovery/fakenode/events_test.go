@@ -3,7 +3,6 @@ package fakenode_test
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -154,6 +153,14 @@ func TestEventSetWait(t *testing.T) {
 		t.Fatalf("Wait without events: %v, want ERROR_TIMEOUT", ret)
 	}
 
+	// Inject only once Wait blocks, so that the event wakes it.
+	blocked := make(chan struct{}, 2)
+	fakenode.OnWaitBlocks(set, func() {
+		select {
+		case blocked <- struct{}{}:
+		default:
+		}
+	})
 	var wg sync.WaitGroup
 	results := make(chan nvml.Return, 2)
 	wg.Add(1)
@@ -167,13 +174,14 @@ func TestEventSetWait(t *testing.T) {
 		_, ret = set.Wait(60_000)
 		results <- ret
 	}()
-	time.Sleep(10 * time.Millisecond) // usually lets Wait block first
+	<-blocked
 	if err := n.InjectXID(0, 13); err != nil {
 		t.Fatal(err)
 	}
 	if ret := <-results; ret != nvml.SUCCESS {
 		t.Fatalf("Wait woken by an event: %v", ret)
 	}
+	<-blocked // the second Wait blocks, so Free ends a Wait in progress
 	if ret := set.Free(); ret != nvml.SUCCESS {
 		t.Fatalf("Free: %v", ret)
 	}
