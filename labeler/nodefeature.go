@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,8 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/csaupgrade"
 	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 )
@@ -96,19 +99,26 @@ func (s WriteStats) Writes() uint64 { return s.Creates + s.Updates }
 // labelled with NodeNameLabel and ManagedByLabel, and owned by the Node
 // object so that it goes when the node goes and survives agent restarts.
 //
-// Publish creates the object when it is missing and updates it only when
-// its spec, labels or owner references differ semantically from the wanted
-// ones; it never deletes it. A write conflict re-reads and retries. An
-// existing object that is not featureplug's is an error wrapping ErrNotOurs;
-// an API server without NFD's CRDs gives an error wrapping ErrCRDMissing.
+// Publish writes with server-side apply (field manager FieldManager,
+// forced) only when the content differs
+// from what it last applied or found in place; it never deletes the object.
+// Resync (called by the Loop at each resync) checks the object from the
+// API server's cache and repairs it. An existing object that is not
+// featureplug's is an error wrapping ErrNotOurs; an API server without
+// NFD's CRDs gives an error wrapping ErrCRDMissing.
 type NodeFeaturePublisher struct {
 	node, namespace, name string
 	nfd                   nfdclientset.Interface
 	kube                  kubernetes.Interface
 	log                   *slog.Logger
 
-	mu    sync.Mutex // serializes Publish; guards owner
+	mu    sync.Mutex // serializes Publish; guards owner, applied, lastRV
 	owner *metav1.OwnerReference
+	// applied identifies the content last applied or found in place (see
+	// key); "" after a failure, which makes the next Publish read first.
+	applied string
+	// lastRV is the object's resourceVersion after the last apply or read.
+	lastRV string
 
 	creates, updates, unchanged atomic.Uint64
 }
@@ -160,89 +170,199 @@ func (p *NodeFeaturePublisher) Stats() WriteStats {
 	return WriteStats{Creates: p.creates.Load(), Updates: p.updates.Load(), Unchanged: p.unchanged.Load()}
 }
 
-// Publish makes the NodeFeature hold c, writing only when it differs.
+// FieldManager is the server-side apply field manager of the NodeFeature
+// featureplug writes.
+const FieldManager = "featureplug"
+
+// Publish makes the NodeFeature hold c with a server-side apply (field
+// manager FieldManager, forced), sending nothing when c is what it last
+// applied. The first publish, and the first after a failure, reads the
+// object first: to refuse one that is not ours, and to write nothing when
+// it already holds c (an agent restart writes nothing).
 func (p *NodeFeaturePublisher) Publish(ctx context.Context, c Content) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	spec := specOf(c)
+	if p.applied != "" && p.owner != nil {
+		if p.key(spec) == p.applied {
+			p.unchanged.Add(1)
+			return nil
+		}
+		return p.apply(ctx, spec, false)
+	}
+	return p.verify(ctx, spec, metav1.GetOptions{})
+}
 
-	spec := nfdv1alpha1.NodeFeatureSpec{Labels: maps.Clone(c.Labels)}
+// Resync checks the NodeFeature against c and repairs it when it differs
+// (edited or deleted behind featureplug's back). It reads the object from
+// the API server's watch cache (resourceVersion "0"): no etcd read.
+func (p *NodeFeaturePublisher) Resync(ctx context.Context, c Content) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.verify(ctx, specOf(c), metav1.GetOptions{ResourceVersion: "0"})
+}
+
+var _ Resyncer = (*NodeFeaturePublisher)(nil)
+
+func specOf(c Content) *nfdv1alpha1.NodeFeatureSpec {
+	spec := &nfdv1alpha1.NodeFeatureSpec{Labels: maps.Clone(c.Labels)}
 	if c.Features != nil {
 		spec.Features = *c.Features.DeepCopy()
 	} else {
 		spec.Features = *nfdv1alpha1.NewFeatures()
 	}
-	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
-	return retry.OnError(retry.DefaultRetry, retriable, func() error { return p.publishOnce(ctx, &spec) })
+	return spec
 }
 
-func (p *NodeFeaturePublisher) publishOnce(ctx context.Context, spec *nfdv1alpha1.NodeFeatureSpec) error {
-	cur, err := p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Get(ctx, p.name, metav1.GetOptions{})
+// verify reads the object, refuses one that is not ours, and applies spec
+// unless the object already holds it.
+func (p *NodeFeaturePublisher) verify(ctx context.Context, spec *nfdv1alpha1.NodeFeatureSpec, opts metav1.GetOptions) error {
+	cur, err := p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Get(ctx, p.name, opts)
 	switch {
 	case err == nil:
-		return p.update(ctx, cur, spec)
 	case isCRDMissing(err):
+		p.applied = ""
 		return p.crdMissing(err)
 	case apierrors.IsNotFound(err):
-		return p.create(ctx, spec)
+		// Read the Node again on every create: a missing object may have
+		// been garbage-collected because the Node was re-created with a
+		// new UID.
+		if _, err := p.ownerRef(ctx, true); err != nil {
+			p.applied = ""
+			return err
+		}
+		return p.apply(ctx, spec, true)
 	default:
+		p.applied = ""
 		return p.apiError("get", err)
 	}
-}
-
-func (p *NodeFeaturePublisher) create(ctx context.Context, spec *nfdv1alpha1.NodeFeatureSpec) error {
-	// Read the Node again on every create: a missing object may have been
-	// garbage-collected because the Node was re-created with a new UID.
-	owner, err := p.ownerRef(ctx, true)
-	if err != nil {
-		return err
-	}
-	obj := &nfdv1alpha1.NodeFeature{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            p.name,
-			Namespace:       p.namespace,
-			Labels:          p.objectLabels(nil),
-			OwnerReferences: []metav1.OwnerReference{*owner},
-		},
-		Spec: *spec,
-	}
-	_, err = p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Create(ctx, obj, metav1.CreateOptions{})
-	switch {
-	case err == nil:
-		p.creates.Add(1)
-		p.log.Info("created NodeFeature", "labels", len(spec.Labels))
-		return nil
-	case isCRDMissing(err) || (apierrors.IsNotFound(err) && !isNamespaceNotFound(err)):
-		return p.crdMissing(err)
-	case apierrors.IsNotFound(err):
-		return fmt.Errorf("create NodeFeature %s/%s: namespace %q does not exist: %w", p.namespace, p.name, p.namespace, err)
-	default:
-		return p.apiError("create", err)
-	}
-}
-
-func (p *NodeFeaturePublisher) update(ctx context.Context, cur *nfdv1alpha1.NodeFeature, spec *nfdv1alpha1.NodeFeatureSpec) error {
 	if err := p.checkOurs(cur); err != nil {
+		p.applied = ""
 		return err
 	}
 	owner, err := p.ownerRef(ctx, false)
 	if err != nil {
+		p.applied = ""
 		return err
 	}
+	if err := p.upgradeManagedFields(ctx, cur); err != nil {
+		p.applied = ""
+		return err
+	}
+	p.lastRV = cur.ResourceVersion
 	want := cur.DeepCopy()
 	want.Labels = p.objectLabels(want.Labels)
 	want.OwnerReferences = []metav1.OwnerReference{*owner}
 	want.Spec = *spec
 	if equality.Semantic.DeepEqual(cur, want) {
+		p.applied = p.key(spec)
 		p.unchanged.Add(1)
 		p.log.Debug("NodeFeature unchanged")
 		return nil
 	}
-	if _, err := p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Update(ctx, want, metav1.UpdateOptions{}); err != nil {
-		return p.apiError("update", err)
+	return p.apply(ctx, spec, false)
+}
+
+// upgradeManagedFields hands the fields an earlier featureplug wrote with
+// create and update (field manager "featureplug", operation Update) to its
+// apply field manager, with client-go's csaupgrade: otherwise a label or
+// feature that an apply no longer carries would stay, still owned by the
+// old manager. It patches once per object, and never when there is nothing
+// to move.
+func (p *NodeFeaturePublisher) upgradeManagedFields(ctx context.Context, cur *nfdv1alpha1.NodeFeature) error {
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(cur, sets.New(FieldManager), FieldManager)
+	if err != nil {
+		return fmt.Errorf("NodeFeature %s/%s: moving its fields to server-side apply: %w", p.namespace, p.name, err)
+	}
+	if patch == nil {
+		return nil
+	}
+	obj, err := p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Patch(ctx, p.name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return p.apiError("patch managed fields of", err)
 	}
 	p.updates.Add(1)
-	p.log.Info("updated NodeFeature", "labels", len(spec.Labels))
+	p.log.Info("moved the NodeFeature's fields from update to apply ownership", "fieldManager", FieldManager)
+	cur.ObjectMeta = obj.ObjectMeta
 	return nil
+}
+
+// apply writes spec, the two labels and the owner reference with a forced
+// server-side apply. A write is counted only when the object's
+// resourceVersion moved (a no-op apply does not move it).
+func (p *NodeFeaturePublisher) apply(ctx context.Context, spec *nfdv1alpha1.NodeFeatureSpec, create bool) error {
+	p.applied = ""
+	body, err := p.applyBody(spec)
+	if err != nil {
+		return err
+	}
+	force := true
+	obj, err := p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Patch(ctx, p.name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
+	switch {
+	case err == nil:
+	case isCRDMissing(err) || (apierrors.IsNotFound(err) && !isNamespaceNotFound(err)):
+		return p.crdMissing(err)
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("apply NodeFeature %s/%s: namespace %q does not exist: %w", p.namespace, p.name, p.namespace, err)
+	default:
+		return p.apiError("apply", err)
+	}
+	p.applied = p.key(spec)
+	switch {
+	case create:
+		p.creates.Add(1)
+		p.log.Info("created NodeFeature", "labels", len(spec.Labels))
+	case obj.ResourceVersion != "" && obj.ResourceVersion == p.lastRV:
+		p.unchanged.Add(1)
+		p.log.Debug("NodeFeature unchanged (no-op apply)")
+	default:
+		p.updates.Add(1)
+		p.log.Info("updated NodeFeature", "labels", len(spec.Labels))
+	}
+	p.lastRV = obj.ResourceVersion
+	return nil
+}
+
+// applyBody is the object featureplug applies, as JSON: the API type with
+// its kind, name, namespace, the two labels, the owner reference and spec.
+//
+// Why not NFD's generated apply configurations (applyconfiguration/nfd/
+// v1alpha1): their InstanceFeatureSet drops an empty elements list
+// (omitempty), which the CRD requires, so the API server rejects a node
+// without MIG devices ("spec.features.instances.nvidia.mig.elements:
+// Required value", seen in TestCluster/PublishWithoutMIG). The API type
+// sends "elements": [].
+func (p *NodeFeaturePublisher) applyBody(spec *nfdv1alpha1.NodeFeatureSpec) ([]byte, error) {
+	obj := &nfdv1alpha1.NodeFeature{
+		TypeMeta: metav1.TypeMeta{APIVersion: nfdv1alpha1.SchemeGroupVersion.String(), Kind: "NodeFeature"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            p.name,
+			Namespace:       p.namespace,
+			Labels:          p.objectLabels(nil),
+			OwnerReferences: []metav1.OwnerReference{*p.owner},
+		},
+		Spec: *spec,
+	}
+	body, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("apply NodeFeature %s/%s: encoding it: %w", p.namespace, p.name, err)
+	}
+	return body, nil
+}
+
+// key identifies what an apply of spec writes (the owner UID included).
+func (p *NodeFeaturePublisher) key(spec *nfdv1alpha1.NodeFeatureSpec) string {
+	data, err := json.Marshal(spec) // map keys sorted: deterministic
+	if err != nil {
+		return ""
+	}
+	sum := sha256.New()
+	sum.Write(data)
+	if p.owner != nil {
+		sum.Write([]byte(p.owner.UID))
+	}
+	return hex.EncodeToString(sum.Sum(nil))
 }
 
 // checkOurs refuses objects featureplug did not write: without the
@@ -309,7 +429,7 @@ func (p *NodeFeaturePublisher) crdMissing(err error) error {
 
 func (p *NodeFeaturePublisher) apiError(verb string, err error) error {
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("%s NodeFeature %s/%s: %w (featureplug's RBAC must allow get, create and update on nodefeatures.nfd.k8s-sigs.io in namespace %q)",
+		return fmt.Errorf("%s NodeFeature %s/%s: %w (featureplug's RBAC must allow get and patch on nodefeatures.nfd.k8s-sigs.io in namespace %q)",
 			verb, p.namespace, p.name, err, p.namespace)
 	}
 	return fmt.Errorf("%s NodeFeature %s/%s: %w", verb, p.namespace, p.name, err)

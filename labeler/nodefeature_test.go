@@ -4,16 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	nfdfake "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned/fake"
@@ -41,12 +46,63 @@ type nfHarness struct {
 	pub  *NodeFeaturePublisher
 }
 
+var nodeFeatureGVR = schema.GroupVersionResource{Group: "nfd.k8s-sigs.io", Version: "v1alpha1", Resource: "nodefeatures"}
+
+// serveApply makes the fake clientset answer server-side applies of
+// NodeFeatures, which NFD's fake clientsets cannot (NewClientset has no
+// schema for NFD's types, NewSimpleClientset no apply): the applied labels
+// are merged into the object's, its owner references and spec replaced, and
+// its resourceVersion moves only when something changed, as on an API
+// server. Tests that inject apply errors prepend their reactors later, so
+// those run first.
+func serveApply(cs *nfdfake.Clientset) {
+	cs.PrependReactor("patch", "nodefeatures", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pa := a.(k8stesting.PatchAction)
+		if pa.GetPatchType() != types.ApplyPatchType {
+			return false, nil, nil
+		}
+		var in nfdv1alpha1.NodeFeature
+		if err := json.Unmarshal(pa.GetPatch(), &in); err != nil {
+			return true, nil, apierrors.NewBadRequest(err.Error())
+		}
+		cur, err := cs.Tracker().Get(nodeFeatureGVR, pa.GetNamespace(), pa.GetName())
+		if apierrors.IsNotFound(err) {
+			in.ResourceVersion = "1"
+			if err := cs.Tracker().Create(nodeFeatureGVR, &in, pa.GetNamespace()); err != nil {
+				return true, nil, err
+			}
+			return true, &in, nil
+		}
+		if err != nil {
+			return true, nil, err
+		}
+		old := cur.(*nfdv1alpha1.NodeFeature)
+		want := old.DeepCopy()
+		if want.Labels == nil {
+			want.Labels = map[string]string{}
+		}
+		maps.Copy(want.Labels, in.Labels)
+		want.OwnerReferences = in.OwnerReferences
+		want.Spec = in.Spec
+		if equality.Semantic.DeepEqual(old, want) {
+			return true, old, nil
+		}
+		rv, _ := strconv.Atoi(old.ResourceVersion)
+		want.ResourceVersion = strconv.Itoa(rv + 1)
+		if err := cs.Tracker().Update(nodeFeatureGVR, want, pa.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		return true, want, nil
+	})
+}
+
 func newNFHarness(t *testing.T, objects ...runtime.Object) *nfHarness {
 	t.Helper()
 	h := &nfHarness{
 		nfd:  newNFDFake(objects...),
 		kube: kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}}),
 	}
+	serveApply(h.nfd)
 	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: h.nfd, Kube: h.kube})
 	if err != nil {
 		t.Fatal(err)
@@ -64,11 +120,15 @@ func (h *nfHarness) get(t *testing.T) *nfdv1alpha1.NodeFeature {
 	return obj
 }
 
-// writes counts create and update actions on NodeFeatures.
-func (h *nfHarness) writes() int {
+// writes counts write requests (create, update, patch: applies are
+// patches) on NodeFeatures, no-op applies included.
+func (h *nfHarness) writes() int { return h.count("create", "update", "patch") }
+
+// count counts requests on NodeFeatures with the given verbs.
+func (h *nfHarness) count(verbs ...string) int {
 	n := 0
 	for _, a := range h.nfd.Actions() {
-		if a.GetResource().Resource == "nodefeatures" && (a.GetVerb() == "create" || a.GetVerb() == "update" || a.GetVerb() == "patch") {
+		if a.GetResource().Resource == "nodefeatures" && slices.Contains(verbs, a.GetVerb()) {
 			n++
 		}
 	}
@@ -132,17 +192,17 @@ func TestNodeFeatureNoOp(t *testing.T) {
 	if err := json.Unmarshal(data, &round); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.nfd.Tracker().Update(schema.GroupVersionResource{Group: "nfd.k8s-sigs.io", Version: "v1alpha1", Resource: "nodefeatures"}, &round, testNamespace); err != nil {
+	if err := h.nfd.Tracker().Update(nodeFeatureGVR, &round, testNamespace); err != nil {
 		t.Fatal(err)
 	}
-	before := h.writes()
+	before := len(h.nfd.Actions())
 	for range 10 {
 		if err := h.pub.Publish(ctx, testContent()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := h.writes() - before; got != 0 {
-		t.Errorf("%d writes for unchanged content, want 0", got)
+	if got := h.nfd.Actions()[before:]; len(got) != 0 {
+		t.Errorf("%d requests for unchanged content (%v), want none", len(got), got)
 	}
 	if s := h.pub.Stats(); s != (WriteStats{Creates: 1, Unchanged: 10}) {
 		t.Errorf("stats %+v, want 1 create and 10 unchanged", s)
@@ -172,57 +232,174 @@ func TestNodeFeatureUpdate(t *testing.T) {
 	}
 }
 
-func TestNodeFeatureConflictRetries(t *testing.T) {
+// TestNodeFeatureApplies: a change is one forced server-side apply by the
+// field manager "featureplug", carrying the spec, the two labels and the
+// owner reference, and no read before it.
+func TestNodeFeatureApplies(t *testing.T) {
 	h := newNFHarness(t)
 	ctx := context.Background()
 	if err := h.pub.Publish(ctx, testContent()); err != nil {
 		t.Fatal(err)
 	}
-	conflicts := 0
-	h.nfd.PrependReactor("update", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if conflicts == 0 {
-			conflicts++
-			return true, nil, apierrors.NewConflict(nodeFeatureResource, h.pub.Name(), errors.New("the object has been modified"))
+	before := len(h.nfd.Actions())
+	inv := a100MixedMIG()
+	if err := h.pub.Publish(ctx, NewContent(inv, mixedPlan(inv), LabelOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	acts := h.nfd.Actions()[before:]
+	if len(acts) != 1 {
+		t.Fatalf("requests for a change: %v, want one apply", acts)
+	}
+	pa, ok := acts[0].(k8stesting.PatchActionImpl)
+	if !ok || pa.GetPatchType() != types.ApplyPatchType {
+		t.Fatalf("request %v, want a server-side apply patch", acts[0])
+	}
+	if o := pa.GetPatchOptions(); o.FieldManager != FieldManager || o.Force == nil || !*o.Force {
+		t.Errorf("apply options %+v, want field manager %q and force", o, FieldManager)
+	}
+	var body nfdv1alpha1.NodeFeature
+	if err := json.Unmarshal(pa.GetPatch(), &body); err != nil {
+		t.Fatal(err)
+	}
+	if body.APIVersion != "nfd.k8s-sigs.io/v1alpha1" || body.Kind != "NodeFeature" || body.Name != h.pub.Name() || body.Namespace != testNamespace {
+		t.Errorf("apply body names %s %s %s/%s", body.APIVersion, body.Kind, body.Namespace, body.Name)
+	}
+	if body.Labels[NodeNameLabel] != testNode || body.Labels[ManagedByLabel] != ManagedByValue {
+		t.Errorf("apply body labels %v", body.Labels)
+	}
+	if len(body.OwnerReferences) != 1 || body.OwnerReferences[0].UID != testNodeUID {
+		t.Errorf("apply body owner references %+v, want the Node's", body.OwnerReferences)
+	}
+	if body.Spec.Labels["nvidia.com/mig.strategy"] != "mixed" {
+		t.Errorf("apply body spec labels %v, want the new content", body.Spec.Labels)
+	}
+}
+
+// TestNodeFeatureApplyKeepsEmptyElements: a node without MIG devices
+// applies "elements": [] for nvidia.mig; the CRD requires the list, and an
+// apply that drops it is rejected by the API server.
+func TestNodeFeatureApplyKeepsEmptyElements(t *testing.T) {
+	h := newNFHarness(t)
+	c := testContent()
+	if set, ok := c.Features.Instances["nvidia.mig"]; !ok || len(set.Elements) != 0 {
+		t.Fatalf("test content has nvidia.mig %+v (present %v), want an empty set", set, ok)
+	}
+	if err := h.pub.Publish(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range h.nfd.Actions() {
+		if pa, ok := a.(k8stesting.PatchActionImpl); ok && pa.GetPatchType() == types.ApplyPatchType {
+			if !strings.Contains(string(pa.GetPatch()), `"nvidia.mig":{"elements":[]}`) {
+				t.Errorf("apply body %s does not carry nvidia.mig with an empty elements list", pa.GetPatch())
+			}
+			return
+		}
+	}
+	t.Fatal("no apply")
+}
+
+// TestNodeFeatureRestartWritesNothing: a new publisher (an agent restart)
+// finding its content in place reads once and writes nothing.
+func TestNodeFeatureRestartWritesNothing(t *testing.T) {
+	h := newNFHarness(t)
+	ctx := context.Background()
+	if err := h.pub.Publish(ctx, testContent()); err != nil {
+		t.Fatal(err)
+	}
+	again, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: h.nfd, Kube: h.kube})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := h.writes()
+	for range 3 {
+		if err := again.Publish(ctx, testContent()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.writes() - before; got != 0 {
+		t.Errorf("%d writes after a restart with unchanged content, want 0", got)
+	}
+	if s := again.Stats(); s != (WriteStats{Unchanged: 3}) {
+		t.Errorf("stats %+v, want 3 unchanged", s)
+	}
+}
+
+// TestNodeFeatureResync: a resync reads the object from the API server's
+// cache (resourceVersion "0") and writes only to repair it: after it was
+// edited, and after it was deleted.
+func TestNodeFeatureResync(t *testing.T) {
+	h := newNFHarness(t)
+	ctx := context.Background()
+	c := testContent()
+	if err := h.pub.Publish(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	before := len(h.nfd.Actions())
+	if err := h.pub.Resync(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	acts := h.nfd.Actions()[before:]
+	if len(acts) != 1 || acts[0].GetVerb() != "get" {
+		t.Fatalf("requests of an unchanged resync: %v, want one get", acts)
+	}
+	if rv := acts[0].(k8stesting.GetActionImpl).GetOptions.ResourceVersion; rv != "0" {
+		t.Errorf("resync read with resourceVersion %q, want \"0\" (the watch cache)", rv)
+	}
+
+	edited := h.get(t)
+	edited.Spec.Labels["nvidia.com/gpu.product"] = "edited"
+	if err := h.nfd.Tracker().Update(nodeFeatureGVR, edited, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.pub.Resync(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.get(t).Spec.Labels["nvidia.com/gpu.product"]; got != "NVIDIA-H100-80GB-HBM3" {
+		t.Errorf("after a resync the edited label is %q, want it repaired", got)
+	}
+
+	if err := h.nfd.Tracker().Delete(nodeFeatureGVR, testNamespace, h.pub.Name()); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.pub.Resync(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	h.get(t)
+	if s := h.pub.Stats(); s != (WriteStats{Creates: 2, Updates: 1, Unchanged: 1}) {
+		t.Errorf("stats %+v, want 2 creates (start, after the delete), 1 update (the repair), 1 unchanged", s)
+	}
+}
+
+// TestNodeFeatureApplyFailureRereads: after a failed apply the next publish
+// reads the object again before applying.
+func TestNodeFeatureApplyFailureRereads(t *testing.T) {
+	h := newNFHarness(t)
+	ctx := context.Background()
+	if err := h.pub.Publish(ctx, testContent()); err != nil {
+		t.Fatal(err)
+	}
+	failing := true
+	h.nfd.PrependReactor("patch", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failing {
+			failing = false
+			return true, nil, apierrors.NewServiceUnavailable("etcd is down")
 		}
 		return false, nil, nil
 	})
 	inv := a100MixedMIG()
-	if err := h.pub.Publish(ctx, NewContent(inv, mixedPlan(inv), LabelOptions{})); err != nil {
-		t.Fatalf("Publish after one conflict: %v", err)
+	changed := NewContent(inv, mixedPlan(inv), LabelOptions{})
+	if err := h.pub.Publish(ctx, changed); !apierrors.IsServiceUnavailable(err) {
+		t.Fatalf("Publish = %v, want the injected ServiceUnavailable", err)
 	}
-	if conflicts != 1 {
-		t.Fatalf("reactor saw %d conflicts, want 1", conflicts)
+	gets := h.count("get")
+	if err := h.pub.Publish(ctx, changed); err != nil {
+		t.Fatal(err)
 	}
-	gets := 0
-	for _, a := range h.nfd.Actions() {
-		if a.GetVerb() == "get" {
-			gets++
-		}
-	}
-	// One get for the create, two for the update (before and after the conflict).
-	if gets != 3 {
-		t.Errorf("%d gets, want 3 (the conflict must re-read)", gets)
+	if got := h.count("get") - gets; got != 1 {
+		t.Errorf("%d reads before the retry, want 1", got)
 	}
 	if got := h.get(t).Spec.Labels["nvidia.com/mig.strategy"]; got != "mixed" {
-		t.Errorf("mig.strategy=%q after retry, want mixed", got)
-	}
-}
-
-func TestNodeFeatureCreateRace(t *testing.T) {
-	h := newNFHarness(t)
-	raced := false
-	h.nfd.PrependReactor("create", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if !raced {
-			raced = true
-			return true, nil, apierrors.NewAlreadyExists(nodeFeatureResource, h.pub.Name())
-		}
-		return false, nil, nil
-	})
-	if err := h.pub.Publish(context.Background(), testContent()); err != nil {
-		t.Fatalf("Publish after AlreadyExists: %v", err)
-	}
-	if h.pub.Stats().Creates != 1 {
-		t.Errorf("stats %+v, want 1 create", h.pub.Stats())
+		t.Errorf("mig.strategy=%q after the retry, want mixed", got)
 	}
 }
 
@@ -290,7 +467,7 @@ func TestNodeFeatureCRDMissing(t *testing.T) {
 		wantText  string
 	}{
 		{name: "get answers 404 page not found", getErr: pageNotFound, wantCRD: true},
-		{name: "create answers NotFound for the resource", createErr: apierrors.NewNotFound(nodeFeatureResource, NodeFeatureName(testNode)), wantCRD: true},
+		{name: "apply answers NotFound for the resource", createErr: apierrors.NewNotFound(nodeFeatureResource, NodeFeatureName(testNode)), wantCRD: true},
 		{name: "namespace missing", createErr: apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, testNamespace), wantText: "namespace \"featureplug\" does not exist"},
 		{name: "forbidden", getErr: apierrors.NewForbidden(nodeFeatureResource, NodeFeatureName(testNode), errors.New("no")), wantText: "RBAC"},
 	}
@@ -301,7 +478,7 @@ func TestNodeFeatureCRDMissing(t *testing.T) {
 				h.nfd.PrependReactor("get", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.getErr })
 			}
 			if tt.createErr != nil {
-				h.nfd.PrependReactor("create", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.createErr })
+				h.nfd.PrependReactor("patch", "nodefeatures", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.createErr })
 			}
 			err := h.pub.Publish(context.Background(), testContent())
 			if err == nil {
@@ -391,6 +568,7 @@ func TestNewNodeFeaturePublisherErrors(t *testing.T) {
 
 func BenchmarkNodeFeaturePublishUnchanged(b *testing.B) {
 	nfd := newNFDFake()
+	serveApply(nfd)
 	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}})
 	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfd, Kube: kube})
 	if err != nil {
@@ -407,5 +585,38 @@ func BenchmarkNodeFeaturePublishUnchanged(b *testing.B) {
 		if err := pub.Publish(ctx, c); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestNodeFeatureUpgradesManagedFields: an object an earlier featureplug
+// wrote with create and update (manager "featureplug", operation Update)
+// has its fields moved to the apply manager once, so that an apply that no
+// longer carries a label removes it.
+func TestNodeFeatureUpgradesManagedFields(t *testing.T) {
+	old := &nfdv1alpha1.NodeFeature{ObjectMeta: metav1.ObjectMeta{
+		Name: NodeFeatureName(testNode), Namespace: testNamespace, ResourceVersion: "7",
+		Labels:          map[string]string{NodeNameLabel: testNode, ManagedByLabel: ManagedByValue},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: testNode, UID: testNodeUID}},
+		ManagedFields: []metav1.ManagedFieldsEntry{{
+			Manager: FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "nfd.k8s-sigs.io/v1alpha1",
+			FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:labels":{"f:stale":{}}}}`),
+		}},
+	}}
+	h := newNFHarness(t, old)
+	if err := h.pub.Publish(context.Background(), testContent()); err != nil {
+		t.Fatal(err)
+	}
+	var patched bool
+	for _, a := range h.nfd.Actions() {
+		if pa, ok := a.(k8stesting.PatchActionImpl); ok && pa.GetPatchType() == types.JSONPatchType {
+			patched = true
+		}
+	}
+	if !patched {
+		t.Fatal("no JSON patch moved the managed fields")
+	}
+	mf := h.get(t).ManagedFields
+	if len(mf) != 1 || mf[0].Manager != FieldManager || mf[0].Operation != metav1.ManagedFieldsOperationApply {
+		t.Errorf("managed fields %+v, want one Apply entry of %q", mf, FieldManager)
 	}
 }

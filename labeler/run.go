@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 )
 
@@ -20,20 +22,25 @@ const (
 	DefaultFailureLogInterval = 5 * time.Minute
 )
 
-// Backoff computes capped exponential retry delays. Zero fields take the
-// defaults (1s, doubling, capped at 1 minute).
+// Backoff computes capped exponential retry delays with
+// k8s.io/apimachinery's wait.Backoff. Zero fields take the defaults (1s,
+// doubling, capped at 1 minute, no jitter).
 type Backoff struct {
 	// Initial is the delay after the first failure.
 	Initial time.Duration
 	// Factor multiplies the delay after each further failure (>= 1).
 	Factor float64
-	// Max caps the delay.
+	// Max caps the delay (before jitter).
 	Max time.Duration
+	// Jitter lengthens each delay by a random fraction of up to Jitter
+	// (wait.Jitter), so that agents failing together do not retry
+	// together; zero means none.
+	Jitter float64
 }
 
-// Delay returns the delay before the next attempt after the given number of
-// consecutive failures (1 for the first).
-func (b Backoff) Delay(failures int) time.Duration {
+// waitBackoff returns b as a wait.Backoff with the defaults filled in and
+// unlimited steps (the delay grows until it reaches Max).
+func (b Backoff) waitBackoff() wait.Backoff {
 	initial, factor, maxDelay := b.Initial, b.Factor, b.Max
 	if initial <= 0 {
 		initial = DefaultBackoffInitial
@@ -44,19 +51,35 @@ func (b Backoff) Delay(failures int) time.Duration {
 	if maxDelay <= 0 {
 		maxDelay = DefaultBackoffMax
 	}
-	d := float64(initial)
-	for i := 1; i < failures && d < float64(maxDelay); i++ {
-		d *= factor
+	return wait.Backoff{Duration: min(initial, maxDelay), Factor: factor, Jitter: max(b.Jitter, 0), Steps: math.MaxInt32, Cap: maxDelay}
+}
+
+// Delay returns the delay before the next attempt after the given number of
+// consecutive failures (1 for the first), jittered when Jitter is set.
+func (b Backoff) Delay(failures int) time.Duration {
+	wb := b.waitBackoff()
+	d := wb.Step()
+	for i := 1; i < failures; i++ {
+		if wb.Steps == 0 {
+			// Capped: every further step is the cap.
+			d = wb.Step()
+			break
+		}
+		d = wb.Step()
 	}
-	if d > float64(maxDelay) {
-		return maxDelay
-	}
-	return time.Duration(d)
+	return d
 }
 
 // capped returns the capped delay, used for failures that retrying soon cannot
 // fix (NFD's CRDs missing, a NodeFeature that is not ours).
 func (b Backoff) capped() time.Duration { return b.Delay(1 << 20) }
+
+// Resyncer is implemented by publishers whose Publish sends nothing for
+// content they already wrote; the Loop calls Resync instead of Publish at
+// each resync, to check what is published and repair it.
+type Resyncer interface {
+	Resync(ctx context.Context, c Content) error
+}
 
 // Loop publishes the latest Content: at once when new Content arrives, again
 // every Resync, and, after a failure, with capped exponential backoff. It
@@ -69,6 +92,10 @@ type Loop struct {
 	// (repairing objects or files changed behind the agent's back); zero or
 	// less disables it.
 	Resync time.Duration
+	// ResyncJitter lengthens each resync period by a random fraction of up
+	// to ResyncJitter (wait.Jitter), so that agents started together do
+	// not resync together; zero means none.
+	ResyncJitter float64
 	// Backoff spaces retries after failures.
 	Backoff Backoff
 	// Timeout bounds each Publish call; zero means DefaultPublishTimeout.
@@ -86,13 +113,6 @@ type Loop struct {
 	// OnPublish, when set, is called after every attempt with its result,
 	// e.g. to feed metrics.
 	OnPublish func(err error)
-}
-
-// Run publishes the Content received on contents with pub, resyncing every
-// resync, until ctx ends. See Loop.Run.
-func Run(ctx context.Context, pub Publisher, contents <-chan Content, resync time.Duration) error {
-	l := Loop{Publisher: pub, Resync: resync}
-	return l.Run(ctx, contents)
 }
 
 // Run publishes until ctx ends, then returns nil. Nothing is published
@@ -141,9 +161,15 @@ func (l *Loop) Run(ctx context.Context, contents <-chan Content) error {
 	}
 	defer schedule(0)
 
-	publish := func() {
+	resyncer, _ := l.Publisher.(Resyncer)
+	publish := func(resync bool) {
 		attemptCtx, cancel := context.WithTimeout(ctx, timeout)
-		err := l.Publisher.Publish(attemptCtx, latest)
+		var err error
+		if resync && resyncer != nil {
+			err = resyncer.Resync(attemptCtx, latest)
+		} else {
+			err = l.Publisher.Publish(attemptCtx, latest)
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -157,7 +183,11 @@ func (l *Loop) Run(ctx context.Context, contents <-chan Content) error {
 					"failingFor", clk.Since(firstFailure).Round(time.Millisecond))
 			}
 			failures, unreported = 0, 0
-			schedule(l.Resync)
+			if l.Resync > 0 && l.ResyncJitter > 0 {
+				schedule(wait.Jitter(l.Resync, l.ResyncJitter))
+			} else {
+				schedule(l.Resync)
+			}
 			return
 		}
 		failures++
@@ -191,10 +221,12 @@ func (l *Loop) Run(ctx context.Context, contents <-chan Content) error {
 				continue
 			}
 			latest, have = c, true
-			publish()
+			publish(false)
 		case <-timerC:
+			// After a success the timer is the resync; after a failure,
+			// the retry.
 			if have {
-				publish()
+				publish(failures == 0)
 			}
 		}
 	}

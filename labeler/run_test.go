@@ -247,7 +247,8 @@ func TestLoopNodeFeatureBackoff(t *testing.T) {
 func TestRunStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, newFakePublisher(0, nil), make(chan Content), time.Minute) }()
+	l := &Loop{Publisher: newFakePublisher(0, nil), Resync: time.Minute}
+	go func() { done <- l.Run(ctx, make(chan Content)) }()
 	cancel()
 	select {
 	case err := <-done:
@@ -326,7 +327,12 @@ func TestLoopAggregatesFailureLogs(t *testing.T) {
 	Offer(contents, Content{})
 	done := make(chan error, 1)
 	go func() { done <- loop.Run(ctx, contents) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("loop: %v", err)
+		}
+	}()
 	h := &loopHarness{t: t, clk: clk, results: results}
 
 	for i := 1; i <= failing; i++ {
@@ -349,5 +355,80 @@ func TestLoopAggregatesFailureLogs(t *testing.T) {
 	}
 	if want := "published after failures"; len(messages) == 0 || messages[len(messages)-1] != want {
 		t.Errorf("last message %q, want %q", messages, want)
+	}
+}
+
+// TestBackoffJitter: with Jitter, each delay lies in [d, d*(1+Jitter)] of
+// the unjittered delay d, and delays spread (agents failing together do
+// not retry together).
+func TestBackoffJitter(t *testing.T) {
+	b := Backoff{Initial: time.Second, Factor: 2, Max: time.Minute, Jitter: 0.5}
+	plain := Backoff{Initial: time.Second, Factor: 2, Max: time.Minute}
+	for _, failures := range []int{1, 3, 10} {
+		base := plain.Delay(failures)
+		seen := map[time.Duration]bool{}
+		for range 50 {
+			d := b.Delay(failures)
+			if d < base || d > base+base/2 {
+				t.Fatalf("Delay(%d) = %v, want within [%v, %v]", failures, d, base, base+base/2)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 2 {
+			t.Errorf("Delay(%d) gave one value over 50 calls: no jitter", failures)
+		}
+	}
+}
+
+// resyncPublisher is a fakePublisher that also implements Resyncer.
+type resyncPublisher struct {
+	*fakePublisher
+	resyncs chan Content
+}
+
+func (r *resyncPublisher) Resync(_ context.Context, c Content) error {
+	r.resyncs <- c
+	return nil
+}
+
+// TestLoopResyncCallsResync: a publisher that is a Resyncer gets Resync,
+// not Publish, at each resync, and the resync period is jittered: never
+// early, at the latest Resync*(1+ResyncJitter).
+func TestLoopResyncCallsResync(t *testing.T) {
+	pub := &resyncPublisher{fakePublisher: newFakePublisher(0, nil), resyncs: make(chan Content, 10)}
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := testingclock.NewFakeClock(time.Unix(0, 0))
+	results := make(chan error, 10)
+	loop := &Loop{
+		Publisher: pub, Resync: time.Minute, ResyncJitter: 0.5, Clock: clk,
+		Logger:    slog.New(slog.DiscardHandler),
+		OnPublish: func(err error) { results <- err },
+	}
+	contents := make(chan Content, 1)
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx, contents) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("loop: %v", err)
+		}
+	}()
+	h := &loopHarness{t: t, clk: clk, results: results}
+
+	Offer(contents, Content{Labels: map[string]string{"v": "1"}})
+	if err := h.result(); err != nil {
+		t.Fatal(err)
+	}
+	if len(pub.calls) != 1 {
+		t.Fatalf("%d Publish calls for new content, want 1", len(pub.calls))
+	}
+	h.step(time.Minute - time.Millisecond)
+	h.noResult()
+	h.step(30*time.Second + time.Millisecond)
+	if err := h.result(); err != nil {
+		t.Fatal(err)
+	}
+	if len(pub.resyncs) != 1 || len(pub.calls) != 1 {
+		t.Errorf("after a resync: %d Resync and %d Publish calls, want 1 and 1", len(pub.resyncs), len(pub.calls))
 	}
 }

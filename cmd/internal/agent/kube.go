@@ -2,77 +2,226 @@ package agent
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 )
 
-// apiTimeout bounds one API call made from the agent's loop, so that an
-// unreachable API server never stalls planning or serving.
+// apiTimeout bounds how long the agent's loop waits for the API server at
+// start (the first list of its Node), so that an unreachable API server
+// never stalls planning or serving.
 const apiTimeout = 5 * time.Second
 
-func getNode(ctx context.Context, kube kubernetes.Interface, name string) (*corev1.Node, error) {
-	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	node, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("getting node %s: %w", name, err)
+// Jitter of the agent's periodic work: each period is lengthened by a
+// random fraction of up to this (wait.Jitter), so that agents started
+// together (a DaemonSet rollout) do not re-discover, resync or retry in
+// lockstep.
+const (
+	periodJitter  = 0.1
+	backoffJitter = 0.2
+)
+
+// nodeWatch keeps the agent's own Node in an informer's cache: one list and
+// one watch, filtered by a field selector on the Node's name, with no
+// resync (period 0), so a steady state costs the API server one open watch
+// and no requests. It signals when the Node's labels or UID change.
+type nodeWatch struct {
+	name     string
+	informer cache.SharedIndexInformer
+	signal   chan struct{}
+}
+
+// newNodeWatch returns a watch of the Node called name; nil when kube is
+// nil. Nothing runs until start.
+func newNodeWatch(kube kubernetes.Interface, name string) *nodeWatch {
+	if kube == nil {
+		return nil
 	}
-	return node, nil
+	// One informer on one object, built from a ListWatch rather than
+	// client-go's SharedInformerFactory: the factory links every typed
+	// informer of every API group (about 15 MB of binary) for this one.
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	nodes := kube.CoreV1().Nodes()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return nodes.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return nodes.Watch(ctx, o)
+		},
+	}
+	w := &nodeWatch{
+		name: name,
+		// Wrapped like client-go's own typed informers, so a client that
+		// cannot stream lists (the fake clientset) is not asked to.
+		informer: cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, kube), &corev1.Node{},
+			cache.SharedIndexInformerOptions{ResyncPeriod: 0}),
+		signal: make(chan struct{}, 1),
+	}
+	_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { w.notify() },
+		UpdateFunc: func(before, after any) {
+			b, okB := before.(*corev1.Node)
+			a, okA := after.(*corev1.Node)
+			if !okB || !okA || b.UID != a.UID || !maps.Equal(b.Labels, a.Labels) {
+				w.notify()
+			}
+		},
+		DeleteFunc: func(any) { w.notify() },
+	})
+	return w
+}
+
+func (w *nodeWatch) notify() {
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+// start runs the watch until ctx ends and waits up to timeout for its first
+// list; it returns whether the cache holds the Node's state.
+func (w *nodeWatch) start(ctx context.Context, timeout time.Duration) bool {
+	if w == nil {
+		return false
+	}
+	go w.informer.RunWithContext(ctx)
+	syncCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return cache.WaitForCacheSync(syncCtx.Done(), w.informer.HasSynced)
+}
+
+// changed is signalled when the Node's labels or UID may have changed; nil
+// (never ready) without an API server.
+func (w *nodeWatch) changed() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.signal
+}
+
+// node returns the Node from the cache; ok is false before the first list,
+// without an API server, or while the Node does not exist.
+func (w *nodeWatch) node() (node *corev1.Node, ok bool) {
+	if w == nil || !w.informer.HasSynced() {
+		return nil, false
+	}
+	obj, exists, err := w.informer.GetStore().GetByKey(w.name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	node, ok = obj.(*corev1.Node)
+	return node, ok
+}
+
+// uid returns the Node's UID from the cache, "" when unknown.
+func (w *nodeWatch) uid() types.UID {
+	if n, ok := w.node(); ok {
+		return n.UID
+	}
+	return ""
 }
 
 // eventRecorder reports problems as Kubernetes Events on the agent's Node,
-// where `kubectl describe node` shows them.
+// where `kubectl describe node` shows them, through client-go's core
+// recorder (tools/record). It dedupes identical Events into a count,
+// aggregates more than 10 similar ones (same reason, other messages) within
+// 10 minutes into one, and rate-limits each source and object (a burst of
+// 25, then one per 5 minutes); the Node reference comes from the node
+// watch's cache, so recording costs no Node read.
+//
+// Why the core recorder and not tools/events (events.k8s.io): the latter
+// folds every Event with the same reason within 6 minutes into a series on
+// the first one and keeps only the first note, so a second, different
+// failure (rules file deleted, then replaced by a directory) would not be
+// readable; the core recorder keeps differing messages apart.
+// featureplug's RBAC allows both API groups.
 type eventRecorder struct {
-	kube      kubernetes.Interface
-	node      string
-	namespace string
-	log       *slog.Logger
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+	node        string
+	nodeUID     func() types.UID
 }
 
 // newEventRecorder records Events about the Node in the default namespace:
 // the API server accepts an Event about a cluster-scoped object only there
 // (or in kube-system), where the kubelet writes its own node Events; in any
 // other namespace it is rejected with "involvedObject.namespace: does not
-// match event.namespace".
-func newEventRecorder(kube kubernetes.Interface, node string, log *slog.Logger) *eventRecorder {
-	return &eventRecorder{kube: kube, node: node, namespace: metav1.NamespaceDefault, log: log}
+// match event.namespace". The recorder puts Events about an object without
+// namespace in "default". nodeUID gives the Node's UID ("" when unknown).
+// Nothing is sent until start.
+func newEventRecorder(node string, nodeUID func() types.UID) *eventRecorder {
+	b := record.NewBroadcaster()
+	return &eventRecorder{
+		broadcaster: b,
+		recorder:    b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "featureplug", Host: node}),
+		node:        node,
+		nodeUID:     nodeUID,
+	}
 }
 
-// warn records a Warning event; failures are logged, never returned.
-func (r *eventRecorder) warn(ctx context.Context, reason, message string) {
-	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	var uid string
-	if node, err := getNode(ctx, r.kube, r.node); err == nil {
-		uid = string(node.UID)
-	}
+// start sends recorded Events to the API server until ctx ends.
+func (r *eventRecorder) start(ctx context.Context, kube kubernetes.Interface) {
+	r.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	go func() {
+		<-ctx.Done()
+		r.broadcaster.Shutdown()
+	}()
+}
+
+// warn records a Warning event. It never blocks on the API server; failures
+// are logged by client-go (through klog, routed to the agent's logger).
+func (r *eventRecorder) warn(_ context.Context, reason, message string) {
 	const maxMessage = 1024
 	if len(message) > maxMessage {
 		message = message[:maxMessage-3] + "..."
 	}
-	now := metav1.NewTime(time.Now())
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: r.node + ".featureplug.", Namespace: r.namespace},
-		InvolvedObject: corev1.ObjectReference{
-			Kind: "Node", APIVersion: "v1", Name: r.node, UID: types.UID(uid),
-		},
-		Reason:              reason,
-		Message:             message,
-		Type:                corev1.EventTypeWarning,
-		Source:              corev1.EventSource{Component: "featureplug", Host: r.node},
-		FirstTimestamp:      now,
-		LastTimestamp:       now,
-		Count:               1,
-		ReportingController: "featureplug.io/agent",
-		ReportingInstance:   "featureplug-" + r.node,
+	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.node, UID: r.nodeUID()}
+	r.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
+}
+
+// startKube starts the Node watch and the Event recorder (when the agent
+// has an API server) and waits up to apiTimeout for the Node's labels.
+func (a *Agent) startKube(ctx context.Context) {
+	if a.cfg.Kube == nil {
+		return
 	}
-	if _, err := r.kube.CoreV1().Events(r.namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		r.log.Warn("recording an event failed", "reason", reason, "err", err)
+	a.events.start(ctx, a.cfg.Kube)
+	if !a.nodes.start(ctx, apiTimeout) && ctx.Err() == nil {
+		a.log.Warn("the Node is not listed yet; node selectors see only --node-labels until it is",
+			"node", a.cfg.NodeName, "waited", apiTimeout)
 	}
+}
+
+// nodeLabelsChanged takes the Node's labels from the watch's cache and
+// replans when the plan they give differs.
+func (a *Agent) nodeLabelsChanged(ctx context.Context) {
+	before := a.nodeLabels
+	a.refreshNodeLabels(ctx)
+	if !maps.Equal(before, a.nodeLabels) {
+		a.log.Info("node labels changed", "node", a.cfg.NodeName)
+		a.replanIfLabelsChanged(ctx)
+	}
+}
+
+// kubeNodeLabels returns the Node's labels from the watch's cache.
+func (a *Agent) kubeNodeLabels() (map[string]string, bool) {
+	n, ok := a.nodes.node()
+	if !ok {
+		return nil, false
+	}
+	return n.Labels, true
 }

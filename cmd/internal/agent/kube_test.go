@@ -1,0 +1,197 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/featureplug/featureplug/plugin"
+)
+
+// kubeRecords is a slog handler that hands every record's message and
+// attributes, as text, to a channel.
+type kubeRecords chan string
+
+func (c kubeRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (c kubeRecords) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	select {
+	case c <- b.String():
+	default: // a full channel drops: tests wait for lines they expect soon
+	}
+	return nil
+}
+func (c kubeRecords) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c kubeRecords) WithGroup(string) slog.Handler      { return c }
+
+// kubeWaitRecord waits for a record containing every part.
+func kubeWaitRecord(t *testing.T, records kubeRecords, parts ...string) {
+	t.Helper()
+	timeout := time.After(testWait)
+	var seen []string
+	for {
+		select {
+		case r := <-records:
+			seen = append(seen, r)
+			ok := true
+			for _, p := range parts {
+				ok = ok && strings.Contains(r, p)
+			}
+			if ok {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no log record with %q; saw:\n%s", parts, strings.Join(seen, "\n"))
+		}
+	}
+}
+
+// kubeNodeGets counts GETs of Nodes.
+func kubeNodeGets(kube *kubefake.Clientset) int {
+	n := 0
+	for _, a := range kube.Actions() {
+		if a.GetResource().Resource == "nodes" && a.GetVerb() == "get" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNodeWatchReplans: the agent reads its Node's labels from a watch, not
+// by GET: a label added to the Node replans at once (the rule with a node
+// selector takes the GPUs), and no Node is ever read by GET.
+func TestNodeWatchReplans(t *testing.T) {
+	src, err := OpenFake("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(`apiVersion: featureplug.io/v1alpha1
+kind: ResourceRules
+rules:
+- name: pool
+  devices: gpu
+  nodeSelector:
+    matchLabels: {pool: inference}
+  resource: example.com/inference
+- name: gpu
+  devices: gpu
+  resource: nvidia.com/gpu
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-1"}})
+	records := make(kubeRecords, 1000)
+	a, err := New(Config{
+		NodeName: "n", Source: src, Rules: rulesPath, Kube: kube,
+		Plugin: plugin.Options{KubeletDir: t.TempDir()},
+		// Rediscovery never comes: only the watch can bring the label.
+		RediscoverInterval: time.Hour,
+		Logger:             slog.New(records),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	kubeWaitRecord(t, records, "plan applied", "trigger=start", "nvidia.com/gpu:8")
+
+	node, err := kube.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gets := kubeNodeGets(kube) // the test's own GET
+	node.Labels = map[string]string{"pool": "inference"}
+	if _, err := kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeWaitRecord(t, records, "plan applied", "trigger=node labels", "example.com/inference:8")
+	if got := kubeNodeGets(kube); got != gets {
+		t.Errorf("the agent read its Node by GET %d times, want 0 (watch only)", got-gets+1)
+	}
+	for _, act := range kube.Actions() {
+		if act.GetResource().Resource == "nodes" && act.GetVerb() == "list" {
+			if sel := act.(k8stesting.ListAction).GetListRestrictions().Fields.String(); sel != "metadata.name=n" {
+				t.Errorf("Node list with field selector %q, want metadata.name=n", sel)
+			}
+		}
+	}
+}
+
+// TestEventsAggregate: Events go through client-go's recorder to the
+// default namespace, about the Node with its UID from the watch (no Node
+// GET); a repeated Event is one object with a count, a different message
+// another object.
+func TestEventsAggregate(t *testing.T) {
+	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-1"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := kube.CoreV1().Events(metav1.NamespaceDefault).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	nodes := newNodeWatch(kube, "n")
+	if !nodes.start(ctx, testWait) {
+		t.Fatal("node watch did not sync")
+	}
+	rec := newEventRecorder("n", nodes.uid)
+	rec.start(ctx, kube)
+
+	rec.warn(ctx, "RulesFileMissing", "rules file lost (does not exist)")
+	rec.warn(ctx, "RulesFileMissing", "rules file lost (does not exist)")
+	rec.warn(ctx, "RulesFileMissing", "rules file lost (is a directory)")
+
+	counts := map[string]int32{} // message -> count
+	timeout := time.After(testWait)
+	for counts["rules file lost (does not exist)"] != 2 || counts["rules file lost (is a directory)"] != 1 {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			e := ev.Object.(*corev1.Event)
+			if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "n" || e.InvolvedObject.UID != "uid-1" ||
+				e.Type != corev1.EventTypeWarning || e.Source.Component != "featureplug" {
+				t.Errorf("Event %+v: want a Warning from featureplug about Node n uid-1", e)
+			}
+			counts[e.Message] = e.Count
+		case <-timeout:
+			t.Fatalf("Events seen (message: count): %v; want the first with count 2, the second once", counts)
+		}
+	}
+	list, err := kube.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 2 {
+		t.Errorf("%d Event objects, want 2 (the repeat is a count)", len(list.Items))
+	}
+	if got := kubeNodeGets(kube); got != 0 {
+		t.Errorf("%d Node GETs for Events, want 0", got)
+	}
+}
