@@ -16,6 +16,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // mockGPUs is the number of GPUs of mockNode.
@@ -150,7 +151,7 @@ func gpuIndexes(inv *Inventory) []int {
 
 // collectEvidence runs ReadEvidence with a watcher over n.
 func collectEvidence(n *mockNode, inv *Inventory) ([]HealthEvent, []EvidenceProblem) {
-	w := NewHealthWatcher(n.lib, HealthOptions{Now: func() time.Time { return time.Time{} }})
+	w := NewHealthWatcher(n.lib, HealthOptions{Clock: testingclock.NewFakePassiveClock(time.Time{})})
 	return w.ReadEvidence(inv)
 }
 
@@ -484,7 +485,7 @@ func TestMockMIGHandleErrors(t *testing.T) {
 // runMockWatcher starts a health watcher over n and returns its events.
 func runMockWatcher(t *testing.T, n *mockNode, inv *Inventory) (<-chan HealthEvent, func()) {
 	t.Helper()
-	w := NewHealthWatcher(n.lib, HealthOptions{WaitTimeout: 10 * time.Millisecond, EvidenceInterval: -1, Now: func() time.Time { return time.Time{} }})
+	w := NewHealthWatcher(n.lib, HealthOptions{WaitTimeout: 10 * time.Millisecond, EvidenceInterval: -1, Clock: testingclock.NewFakePassiveClock(time.Time{})})
 	events := make(chan HealthEvent, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/utils/clock"
 )
 
 // noInstance is the GPU or compute instance ID of an event that names none.
@@ -41,8 +42,9 @@ type HealthOptions struct {
 	EvidenceInterval time.Duration
 	// Logger receives watcher diagnostics (default: discarded).
 	Logger *slog.Logger
-	// Now returns the current time (default time.Now).
-	Now func() time.Time
+	// Clock stamps the events and paces EvidenceInterval (default the real
+	// clock; tests pass k8s.io/utils/clock/testing's fake clocks).
+	Clock clock.PassiveClock
 }
 
 // HealthWatcher turns NVML events (critical XIDs, double-bit ECC errors)
@@ -58,7 +60,10 @@ type HealthWatcher struct {
 
 // NewHealthWatcher returns a watcher over lib, which must be initialized.
 func NewHealthWatcher(lib nvml.Interface, o HealthOptions) *HealthWatcher {
-	w := &HealthWatcher{lib: lib, ignored: o.IgnoredXIDs, log: o.Logger, now: o.Now}
+	w := &HealthWatcher{lib: lib, ignored: o.IgnoredXIDs, log: o.Logger}
+	if o.Clock != nil {
+		w.now = o.Clock.Now
+	}
 	if w.ignored == nil {
 		w.ignored = DefaultIgnoredXIDs()
 	}

@@ -2,9 +2,10 @@ package discovery_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
@@ -59,10 +60,20 @@ func TestHealthWatcher(t *testing.T) {
 			t.Fatalf("%s: no health event", s.name)
 		}
 	}
+	// No extra event: the next one is a marker injected last (events keep
+	// their order), so anything before it would be extra.
+	if err := node.InjectXID(0, 79); err != nil {
+		t.Fatal(err)
+	}
+	marker := discovery.HealthEvent{GPUUUID: inv.GPUs[0].UUID, Kind: discovery.EventXID, XID: 79}
 	select {
-	case ev := <-events:
-		t.Errorf("unexpected extra event %+v", ev)
-	case <-time.After(100 * time.Millisecond):
+	case got := <-events:
+		got.Time = time.Time{}
+		if got != marker {
+			t.Errorf("unexpected extra event %+v before the marker", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no marker event")
 	}
 }
 
@@ -161,16 +172,12 @@ func TestHealthWatcherStartupEvidence(t *testing.T) {
 // unhealthy.
 func TestHealthWatcherEvidenceRepeats(t *testing.T) {
 	node, inv := discoverNode(t, "testdata/evidence.yaml")
-	var mu sync.Mutex
-	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	events := startWatcher(t, node, inv, discovery.HealthOptions{EvidenceInterval: time.Minute, WaitTimeout: time.Millisecond, Now: clock})
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+	events := startWatcher(t, node, inv, discovery.HealthOptions{EvidenceInterval: time.Minute, WaitTimeout: time.Millisecond, Clock: clk})
 	for range 4 {
 		receive(t, events) // the start-up evidence
 	}
-	mu.Lock()
-	now = now.Add(time.Minute)
-	mu.Unlock()
+	clk.SetTime(clk.Now().Add(time.Minute))
 	if got := receive(t, events); got.GPUUUID != inv.GPUs[0].UUID || got.Kind != discovery.EventRowRemapPending {
 		t.Errorf("after a minute got %+v, want GPU 0's row-remap-pending again", got)
 	}

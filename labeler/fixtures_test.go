@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Hand-built inventories and plans for the label tests. MIG figures are the
@@ -110,13 +110,13 @@ func heterogeneous() *discovery.Inventory {
 // planFor builds a Plan the way the rules package would: resources ordered
 // by name, devices in inventory order. claim returns the resource name and
 // sharing for a device (kind, parent GPU, MIG device or nil), "" for none.
-func planFor(inv *discovery.Inventory, claim func(g *discovery.GPU, m *discovery.MIGDevice) (string, rules.Sharing)) *rules.Plan {
-	byName := map[string]*rules.Resource{}
+func planFor(inv *discovery.Inventory, claim func(g *discovery.GPU, m *discovery.MIGDevice) (string, plan.Sharing)) *plan.Plan {
+	byName := map[string]*plan.Resource{}
 	var names []string
-	add := func(name string, s rules.Sharing, d rules.Device) {
+	add := func(name string, s plan.Sharing, d plan.Device) {
 		r, ok := byName[name]
 		if !ok {
-			r = &rules.Resource{Name: name, Sharing: s}
+			r = &plan.Resource{Name: name, Sharing: s}
 			byName[name] = r
 			names = append(names, name)
 		}
@@ -126,7 +126,7 @@ func planFor(inv *discovery.Inventory, claim func(g *discovery.GPU, m *discovery
 		g := &inv.GPUs[i]
 		if !g.MIGEnabled {
 			if name, s := claim(g, nil); name != "" {
-				add(name, s, rules.Device{ID: g.UUID, Kind: rules.DeviceGPU, GPUUUID: g.UUID, GPUIndex: g.Index,
+				add(name, s, plan.Device{ID: g.UUID, Kind: plan.DeviceGPU, GPUUUID: g.UUID, GPUIndex: g.Index,
 					Index: fmt.Sprint(g.Index), NUMANode: g.NUMANode, MemoryMiB: g.MemoryMiB, Rule: "test"})
 			}
 			continue
@@ -134,12 +134,12 @@ func planFor(inv *discovery.Inventory, claim func(g *discovery.GPU, m *discovery
 		for j := range g.MIGDevices {
 			m := &g.MIGDevices[j]
 			if name, s := claim(g, m); name != "" {
-				add(name, s, rules.Device{ID: m.UUID, Kind: rules.DeviceMIG, GPUUUID: g.UUID, GPUIndex: g.Index,
+				add(name, s, plan.Device{ID: m.UUID, Kind: plan.DeviceMIG, GPUUUID: g.UUID, GPUIndex: g.Index,
 					Index: fmt.Sprintf("%d:%d", g.Index, m.Index), NUMANode: g.NUMANode, Profile: m.Profile, MemoryMiB: m.MemoryMiB, Rule: "test"})
 			}
 		}
 	}
-	plan := &rules.Plan{}
+	plan := &plan.Plan{}
 	slices.Sort(names)
 	for _, n := range names {
 		plan.Resources = append(plan.Resources, *byName[n])
@@ -149,43 +149,43 @@ func planFor(inv *discovery.Inventory, claim func(g *discovery.GPU, m *discovery
 
 // mixedPlan serves whole GPUs as nvidia.com/gpu and MIG devices as
 // nvidia.com/mig-<profile>, like the built-in "mixed" rules.
-func mixedPlan(inv *discovery.Inventory) *rules.Plan {
-	return planFor(inv, func(_ *discovery.GPU, m *discovery.MIGDevice) (string, rules.Sharing) {
+func mixedPlan(inv *discovery.Inventory) *plan.Plan {
+	return planFor(inv, func(_ *discovery.GPU, m *discovery.MIGDevice) (string, plan.Sharing) {
 		if m != nil {
-			return MIGResourcePrefix + m.Profile, rules.Sharing{}
+			return MIGResourcePrefix + m.Profile, plan.Sharing{}
 		}
-		return GPUResource, rules.Sharing{}
+		return GPUResource, plan.Sharing{}
 	})
 }
 
 // singlePlan serves MIG devices as nvidia.com/gpu, like the built-in
 // "single" rules.
-func singlePlan(inv *discovery.Inventory) *rules.Plan {
-	return planFor(inv, func(_ *discovery.GPU, _ *discovery.MIGDevice) (string, rules.Sharing) {
-		return GPUResource, rules.Sharing{}
+func singlePlan(inv *discovery.Inventory) *plan.Plan {
+	return planFor(inv, func(_ *discovery.GPU, _ *discovery.MIGDevice) (string, plan.Sharing) {
+		return GPUResource, plan.Sharing{}
 	})
 }
 
 // sharedPlan serves whole GPUs as nvidia.com/gpu shared with strategy s.
-func sharedPlan(inv *discovery.Inventory, s rules.SharingStrategy, replicas int) *rules.Plan {
-	return planFor(inv, func(_ *discovery.GPU, m *discovery.MIGDevice) (string, rules.Sharing) {
+func sharedPlan(inv *discovery.Inventory, s plan.SharingStrategy, replicas int) *plan.Plan {
+	return planFor(inv, func(_ *discovery.GPU, m *discovery.MIGDevice) (string, plan.Sharing) {
 		if m != nil {
-			return "", rules.Sharing{}
+			return "", plan.Sharing{}
 		}
-		return GPUResource, rules.Sharing{Strategy: s, Replicas: replicas}
+		return GPUResource, plan.Sharing{Strategy: s, Replicas: replicas}
 	})
 }
 
 // perModelPlan names a resource after each model.
-func perModelPlan(inv *discovery.Inventory) *rules.Plan {
-	return planFor(inv, func(g *discovery.GPU, m *discovery.MIGDevice) (string, rules.Sharing) {
+func perModelPlan(inv *discovery.Inventory) *plan.Plan {
+	return planFor(inv, func(g *discovery.GPU, m *discovery.MIGDevice) (string, plan.Sharing) {
 		switch {
 		case m != nil:
-			return "", rules.Sharing{}
+			return "", plan.Sharing{}
 		case g.Product == "NVIDIA L40S":
-			return "example.com/l40s", rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 2}
+			return "example.com/l40s", plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2}
 		default:
-			return "example.com/a100-80gb", rules.Sharing{}
+			return "example.com/a100-80gb", plan.Sharing{}
 		}
 	})
 }

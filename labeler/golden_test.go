@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -48,25 +48,25 @@ func TestGoldenLabels(t *testing.T) {
 	tests := []struct {
 		name string
 		inv  *discovery.Inventory
-		plan func(*discovery.Inventory) *rules.Plan
+		plan func(*discovery.Inventory) *plan.Plan
 		opts LabelOptions
 	}{
 		{name: "a100-mixed-mig-norules", inv: a100MixedMIG()},
 		{name: "a100-mixed-mig", inv: a100MixedMIG(), plan: mixedPlan},
 		{name: "a100-single", inv: a100AllMIG(), plan: singlePlan},
 		{name: "h100", inv: h100(), plan: mixedPlan, opts: LabelOptions{Machine: "DGX H100"}},
-		{name: "h100-time-slicing", inv: h100(), plan: func(inv *discovery.Inventory) *rules.Plan {
-			return sharedPlan(inv, rules.SharingTimeSlicing, 4)
+		{name: "h100-time-slicing", inv: h100(), plan: func(inv *discovery.Inventory) *plan.Plan {
+			return sharedPlan(inv, plan.SharingTimeSlicing, 4)
 		}},
-		{name: "h100-mps", inv: h100(), plan: func(inv *discovery.Inventory) *rules.Plan {
-			return sharedPlan(inv, rules.SharingMPS, 2)
+		{name: "h100-mps", inv: h100(), plan: func(inv *discovery.Inventory) *plan.Plan {
+			return sharedPlan(inv, plan.SharingMPS, 2)
 		}, opts: LabelOptions{OmitDeprecated: true, Timestamp: time.Unix(1700000000, 0)}},
 		{name: "heterogeneous", inv: heterogeneous(), plan: perModelPlan},
 		{name: "heterogeneous-norules", inv: heterogeneous()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var plan *rules.Plan
+			var plan *plan.Plan
 			if tt.plan != nil {
 				plan = tt.plan(tt.inv)
 			}

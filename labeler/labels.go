@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Node-level label keys, with gpu-feature-discovery's names.
@@ -146,7 +146,7 @@ type LabelOptions struct {
 //
 // Values are made valid label values (see SanitizeValue); keys that are not
 // valid label keys are left out (see LabelOptions.OnDropped).
-func Labels(inv *discovery.Inventory, plan *rules.Plan, opts LabelOptions) map[string]string {
+func Labels(inv *discovery.Inventory, p *plan.Plan, opts LabelOptions) map[string]string {
 	l := labelSet{m: make(map[string]string), onDropped: opts.OnDropped}
 	if inv == nil || len(inv.GPUs) == 0 {
 		return l.m
@@ -155,7 +155,7 @@ func Labels(inv *discovery.Inventory, plan *rules.Plan, opts LabelOptions) map[s
 	l.set(LabelGPUPresent, "true")
 	l.versions(inv, opts.OmitDeprecated)
 	l.set(LabelMIGCapable, strconv.FormatBool(anyGPU(inv, func(g *discovery.GPU) bool { return g.MIGCapable })))
-	l.set(LabelMPSCapable, strconv.FormatBool(mpsCapable(inv, plan)))
+	l.set(LabelMPSCapable, strconv.FormatBool(mpsCapable(inv, p)))
 	if opts.Machine != "" {
 		l.set(LabelMachine, opts.Machine)
 	}
@@ -166,15 +166,15 @@ func Labels(inv *discovery.Inventory, plan *rules.Plan, opts LabelOptions) map[s
 	model, count := nodeModel(inv)
 	l.gpuLabels(GPUResource, model, count)
 
-	if plan == nil {
+	if p == nil {
 		return l.m
 	}
-	l.set(LabelMIGStrategy, migStrategy(plan))
+	l.set(LabelMIGStrategy, migStrategy(p))
 	l.set(resourceKey(GPUResource, SuffixReplicas), "0")
-	l.set(resourceKey(GPUResource, SuffixSharingStrategy), string(rules.SharingNone))
+	l.set(resourceKey(GPUResource, SuffixSharingStrategy), noneLabel())
 	idx := newDeviceIndex(inv)
-	for i := range plan.Resources {
-		l.resource(idx, model, &plan.Resources[i])
+	for i := range p.Resources {
+		l.resource(idx, model, &p.Resources[i])
 	}
 	return l.m
 }
@@ -238,7 +238,11 @@ func (l *labelSet) gpuLabels(resource string, g *discovery.GPU, count int) {
 		l.set(resourceKey(resource, SuffixMemory), strconv.FormatUint(g.MemoryMiB, 10))
 	}
 	if g.ComputeMajor > 0 {
-		l.set(resourceKey(resource, SuffixFamily), family(g))
+		// Discovery always names the family (its table maps compute
+		// capabilities, "undefined" for unknown ones).
+		if g.Family != "" {
+			l.set(resourceKey(resource, SuffixFamily), g.Family)
+		}
 		l.setInt(resourceKey(resource, SuffixComputeMajor), g.ComputeMajor)
 		l.setInt(resourceKey(resource, SuffixComputeMinor), g.ComputeMinor)
 	}
@@ -246,11 +250,11 @@ func (l *labelSet) gpuLabels(resource string, g *discovery.GPU, count int) {
 
 // resource adds the labels of one Plan resource. nodeGPU is the GPU that
 // the node-level nvidia.com/gpu.* labels describe.
-func (l *labelSet) resource(idx deviceIndex, nodeGPU *discovery.GPU, r *rules.Resource) {
+func (l *labelSet) resource(idx deviceIndex, nodeGPU *discovery.GPU, r *plan.Resource) {
 	if len(r.Devices) == 0 {
 		return
 	}
-	replicas, strategy := sharingOf(r.Sharing)
+	replicas, strategy := r.Sharing.Label()
 	shared := replicas > 1
 	gpu, mig := idx.representative(r.Devices)
 
@@ -259,7 +263,7 @@ func (l *labelSet) resource(idx deviceIndex, nodeGPU *discovery.GPU, r *rules.Re
 		// stay; only sharing changes them.
 		l.set(resourceKey(r.Name, SuffixProduct), productName(shared, nodeGPU.Product))
 		l.setInt(resourceKey(r.Name, SuffixReplicas), replicas)
-		l.set(resourceKey(r.Name, SuffixSharingStrategy), string(strategy))
+		l.set(resourceKey(r.Name, SuffixSharingStrategy), strategy)
 		return
 	}
 
@@ -275,7 +279,7 @@ func (l *labelSet) resource(idx deviceIndex, nodeGPU *discovery.GPU, r *rules.Re
 	}
 	l.setInt(resourceKey(r.Name, SuffixCount), len(r.Devices))
 	l.setInt(resourceKey(r.Name, SuffixReplicas), replicas)
-	l.set(resourceKey(r.Name, SuffixSharingStrategy), string(strategy))
+	l.set(resourceKey(r.Name, SuffixSharingStrategy), strategy)
 }
 
 // migLabels adds gpu-feature-discovery's MIG attribute labels.
@@ -313,18 +317,10 @@ func productName(shared bool, parts ...string) string {
 	return strings.Join(kept, "-")
 }
 
-// sharingOf returns the replicas and strategy gpu-feature-discovery would
-// label for a resource: replicas is at least 1 and the strategy is none
-// unless the devices are actually shared.
-func sharingOf(s rules.Sharing) (int, rules.SharingStrategy) {
-	replicas := s.Replicas
-	if replicas < 1 {
-		replicas = 1
-	}
-	if replicas == 1 || s.Strategy == "" {
-		return replicas, rules.SharingNone
-	}
-	return replicas, s.Strategy
+// noneLabel is the sharing-strategy label of an unshared resource.
+func noneLabel() string {
+	_, label := plan.Sharing{}.Label()
+	return label
 }
 
 // nodeModel returns the first GPU of the node's most common product and how
@@ -345,11 +341,11 @@ func nodeModel(inv *discovery.Inventory) (*discovery.GPU, int) {
 
 // migStrategy derives gpu-feature-discovery's MIG strategy from where the
 // Plan puts MIG devices.
-func migStrategy(plan *rules.Plan) string {
+func migStrategy(p *plan.Plan) string {
 	single := false
-	for _, r := range plan.Resources {
+	for _, r := range p.Resources {
 		for _, d := range r.Devices {
-			if d.Kind != rules.DeviceMIG {
+			if d.Kind != plan.DeviceMIG {
 				continue
 			}
 			if strings.HasPrefix(r.Name, MIGResourcePrefix) {
@@ -366,54 +362,19 @@ func migStrategy(plan *rules.Plan) string {
 	return MIGStrategyNone
 }
 
-// mpsCapable reports what gpu-feature-discovery labels as mps.capable: MPS
-// sharing is configured and no GPU has MIG enabled.
-func mpsCapable(inv *discovery.Inventory, plan *rules.Plan) bool {
-	if plan == nil || anyGPU(inv, func(g *discovery.GPU) bool { return g.MIGEnabled }) {
+// mpsCapable reports what gpu-feature-discovery labels as mps.capable: a
+// resource's sharing strategy runs the MPS daemon (plan.StrategySpec.Daemon)
+// and no GPU has MIG enabled.
+func mpsCapable(inv *discovery.Inventory, p *plan.Plan) bool {
+	if p == nil || anyGPU(inv, func(g *discovery.GPU) bool { return g.MIGEnabled }) {
 		return false
 	}
-	for _, r := range plan.Resources {
-		if r.Sharing.Strategy == rules.SharingMPS {
+	for _, r := range p.Resources {
+		if spec, _ := r.Sharing.Spec(); spec.Daemon {
 			return true
 		}
 	}
 	return false
-}
-
-// family returns the GPU's architecture family, falling back to
-// gpu-feature-discovery's mapping from the compute capability when discovery
-// did not name it.
-func family(g *discovery.GPU) string {
-	if g.Family != "" && g.Family != discovery.Unknown {
-		return strings.ToLower(g.Family)
-	}
-	switch g.ComputeMajor {
-	case 1:
-		return "tesla"
-	case 2:
-		return "fermi"
-	case 3:
-		return "kepler"
-	case 5:
-		return "maxwell"
-	case 6:
-		return "pascal"
-	case 7:
-		if g.ComputeMinor < 5 {
-			return "volta"
-		}
-		return "turing"
-	case 8:
-		if g.ComputeMinor < 9 {
-			return "ampere"
-		}
-		return "ada-lovelace"
-	case 9:
-		return "hopper"
-	case 10, 12:
-		return "blackwell"
-	}
-	return "undefined"
 }
 
 func anyGPU(inv *discovery.Inventory, pred func(*discovery.GPU) bool) bool {
@@ -461,7 +422,7 @@ func newDeviceIndex(inv *discovery.Inventory) deviceIndex {
 // representative returns the device that describes a resource: the first of
 // the most common (product, MIG profile) among the devices the Inventory
 // knows. mig is nil for whole GPUs; both are nil when no device is known.
-func (idx deviceIndex) representative(devices []rules.Device) (*discovery.GPU, *discovery.MIGDevice) {
+func (idx deviceIndex) representative(devices []plan.Device) (*discovery.GPU, *discovery.MIGDevice) {
 	type kind struct{ product, profile string }
 	type known struct {
 		gpu  *discovery.GPU
@@ -476,7 +437,7 @@ func (idx deviceIndex) representative(devices []rules.Device) (*discovery.GPU, *
 			continue
 		}
 		k := known{gpu: g, kind: kind{product: g.Product}}
-		if d.Kind == rules.DeviceMIG {
+		if d.Kind == plan.DeviceMIG {
 			if k.mig, ok = idx.migs[d.ID]; !ok {
 				continue
 			}

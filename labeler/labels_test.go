@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/validate/content"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 func TestSanitizeValue(t *testing.T) {
@@ -55,7 +55,7 @@ func TestLabelsValid(t *testing.T) {
 	for name, inv := range map[string]*discovery.Inventory{
 		"a100-mixed": a100MixedMIG(), "a100-all-mig": a100AllMIG(), "h100": h100(), "heterogeneous": heterogeneous(),
 	} {
-		for _, plan := range []*rules.Plan{nil, mixedPlan(inv), singlePlan(inv), perModelPlan(inv)} {
+		for _, plan := range []*plan.Plan{nil, mixedPlan(inv), singlePlan(inv), perModelPlan(inv)} {
 			for k, v := range Labels(inv, plan, LabelOptions{Machine: "Some Machine (rev 2)", Timestamp: time.Unix(1, 0)}) {
 				if errs := content.IsLabelKey(k); len(errs) > 0 {
 					t.Errorf("%s: key %q: %v", name, k, errs)
@@ -70,7 +70,7 @@ func TestLabelsValid(t *testing.T) {
 
 func TestLabelsNoGPUs(t *testing.T) {
 	for _, inv := range []*discovery.Inventory{nil, inventory()} {
-		got := Labels(inv, &rules.Plan{}, LabelOptions{Timestamp: time.Now(), Machine: "x"})
+		got := Labels(inv, &plan.Plan{}, LabelOptions{Timestamp: time.Now(), Machine: "x"})
 		if got == nil || len(got) != 0 {
 			t.Errorf("Labels(no GPUs) = %v, want an empty, non-nil map", got)
 		}
@@ -94,19 +94,19 @@ func TestLabelsChoices(t *testing.T) {
 	tied := inventory(gpu(0, "NVIDIA H100 80GB HBM3"), gpu(1, "NVIDIA L40S"), gpu(2, "NVIDIA L40S"), gpu(3, "NVIDIA H100 80GB HBM3"))
 	migOnly := inventory(withMIG(gpu(0, "NVIDIA A100-SXM4-40GB"), "1g.5gb"), withMIG(gpu(1, "NVIDIA A100-SXM4-40GB"), "2g.10gb"))
 	mpsOnMIG := a100MixedMIG()
-	mpsPlan := sharedPlan(mpsOnMIG, rules.SharingMPS, 2)
+	mpsPlan := sharedPlan(mpsOnMIG, plan.SharingMPS, 2)
 	// A resource that mixes profiles: two 1g.5gb and one 3g.20gb.
-	mixedResource := planFor(a100MixedMIG(), func(g *discovery.GPU, m *discovery.MIGDevice) (string, rules.Sharing) {
+	mixedResource := planFor(a100MixedMIG(), func(g *discovery.GPU, m *discovery.MIGDevice) (string, plan.Sharing) {
 		if m != nil && g.Index == 0 && m.Profile != "2g.10gb" {
-			return "example.com/small", rules.Sharing{}
+			return "example.com/small", plan.Sharing{}
 		}
-		return "", rules.Sharing{}
+		return "", plan.Sharing{}
 	})
 
 	tests := []struct {
 		name string
 		inv  *discovery.Inventory
-		plan *rules.Plan
+		plan *plan.Plan
 		opts LabelOptions
 		want map[string]string // "" value: label must be absent
 	}{
@@ -123,7 +123,7 @@ func TestLabelsChoices(t *testing.T) {
 		{
 			name: "MIG devices exposed by no resource",
 			inv:  migOnly,
-			plan: &rules.Plan{},
+			plan: &plan.Plan{},
 			want: map[string]string{"nvidia.com/mig.strategy": "none", "nvidia.com/gpu.replicas": "0", "nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/gpu.count": "2"},
 		},
 		{
@@ -135,7 +135,7 @@ func TestLabelsChoices(t *testing.T) {
 		{
 			name: "replicas 1 is not shared",
 			inv:  h100(),
-			plan: sharedPlan(h100(), rules.SharingTimeSlicing, 1),
+			plan: sharedPlan(h100(), plan.SharingTimeSlicing, 1),
 			want: map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/gpu.replicas": "1"},
 		},
 		{
@@ -161,8 +161,8 @@ func TestLabelsChoices(t *testing.T) {
 			want: map[string]string{"nvidia.com/gfd.timestamp": "1234"},
 		},
 		{
-			name: "family from compute capability when discovery has none",
-			inv:  &discovery.Inventory{GPUs: []discovery.GPU{{Product: "X", ComputeMajor: 10, MemoryMiB: 1}}},
+			name: "family as discovery names it (its table maps compute capabilities)",
+			inv:  &discovery.Inventory{GPUs: []discovery.GPU{{Product: "X", Family: "blackwell", ComputeMajor: 10, MemoryMiB: 1}}},
 			want: map[string]string{"nvidia.com/gpu.family": "blackwell"},
 		},
 		{
@@ -194,7 +194,7 @@ func TestLabelsChoices(t *testing.T) {
 func TestLabelsDropsInvalidKeys(t *testing.T) {
 	inv := h100()
 	long := "example.com/" + strings.Repeat("a", 60)
-	plan := planFor(inv, func(*discovery.GPU, *discovery.MIGDevice) (string, rules.Sharing) { return long, rules.Sharing{} })
+	plan := planFor(inv, func(*discovery.GPU, *discovery.MIGDevice) (string, plan.Sharing) { return long, plan.Sharing{} })
 	var dropped []string
 	got := Labels(inv, plan, LabelOptions{OnDropped: func(key, reason string) {
 		if reason == "" {

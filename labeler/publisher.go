@@ -12,7 +12,7 @@ import (
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Content is what publishers publish for one node: the NFD features (what
@@ -27,7 +27,7 @@ type Content struct {
 
 // NewContent computes the Content for an Inventory and a Plan (nil when no
 // rules are loaded yet): discovery.Features and Labels.
-func NewContent(inv *discovery.Inventory, plan *rules.Plan, opts LabelOptions) Content {
+func NewContent(inv *discovery.Inventory, plan *plan.Plan, opts LabelOptions) Content {
 	return Content{Features: discovery.Features(inv), Labels: Labels(inv, plan, opts)}
 }
 

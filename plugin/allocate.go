@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -14,7 +13,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Names the container runtime and CUDA read.
@@ -26,13 +25,11 @@ const (
 	// volumeMountHostPath is the host side of every device-list mount.
 	volumeMountHostPath = "/dev/null"
 	// EnvMPSPipeDirectory points MPS clients at the control daemon.
-	EnvMPSPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
+	EnvMPSPipeDirectory = plan.EnvMPSPipeDirectory
 	// EnvMPSActiveThreadPercentage limits a client's share of the SMs.
-	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	// EnvMPSPinnedDeviceMemLimit limits a client's device memory, as a
-	// comma-separated list of <device ordinal>=<limit> (NVIDIA's MPS
-	// documentation: e.g. "0=1G,1=512MB").
-	EnvMPSPinnedDeviceMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMPSActiveThreadPercentage = plan.EnvMPSActiveThreadPercentage
+	// EnvMPSPinnedDeviceMemLimit limits a client's device memory.
+	EnvMPSPinnedDeviceMemLimit = plan.EnvMPSPinnedDeviceMemLimit
 	// cdiAnnotationPlugin is the plugin part of CDI annotation keys.
 	cdiAnnotationPlugin = "featureplug"
 )
@@ -165,8 +162,8 @@ func (ds *deviceSet) allocate(ids []string, o *Options, bad []bool) (*pluginapi.
 			return nil, status.Errorf(codes.Internal, "resource %s: %v", ds.resource.Name, err)
 		}
 	}
-	if ds.resource.Sharing.Strategy == rules.SharingMPS {
-		ds.addMPS(resp, a, o)
+	if spec, _ := ds.resource.Sharing.Spec(); spec.Container != nil {
+		ds.addEdits(resp, spec.Container(ds.sharedAllocation(a, o)))
 	}
 	return resp, nil
 }
@@ -198,40 +195,24 @@ func addCDI(resp *pluginapi.ContainerAllocateResponse, names []string, o *Option
 	return nil
 }
 
-// addMPS adds the MPS client environment and the pipe directory mount.
-// Limits are per replica; a container holding several replicas of one
-// device gets their sum.
-func (ds *deviceSet) addMPS(resp *pluginapi.ContainerAllocateResponse, a allocation, o *Options) {
-	pipe := MPSPipeDir(o.MPSRoot, ds.resource.Name)
-	resp.Envs[EnvMPSPipeDirectory] = pipe
-	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: pipe, HostPath: pipe})
-
-	r := ds.replicas
-	limits := ds.resource.Sharing.MPS
-	pct := 100 / r
-	if limits != nil && limits.ActiveThreadPercentage > 0 {
-		pct = limits.ActiveThreadPercentage
-	}
-	most := 0
-	for _, n := range a.count {
-		most = max(most, n)
-	}
-	resp.Envs[EnvMPSActiveThreadPercentage] = strconv.Itoa(min(100, pct*most))
-
-	// Ordinals are the container's CUDA device numbers: the allocated
-	// devices in index order, as the container sees only those.
-	var mem []string
+// sharedAllocation describes a container's allocation to its sharing
+// strategy's container edits (plan.StrategySpec.Container): the physical
+// devices in index order, which are the container's CUDA ordinals as it
+// sees only those, and the MPS layout of Options.
+func (ds *deviceSet) sharedAllocation(a allocation, o *Options) plan.Allocation {
+	devs := make([]plan.AllocatedDevice, len(a.phys))
 	for i, p := range a.phys {
-		perReplica := ds.physical[p].MemoryMiB / uint64(r)
-		if limits != nil && limits.PinnedMemoryLimitMiB > 0 {
-			perReplica = limits.PinnedMemoryLimitMiB
-		}
-		if perReplica == 0 {
-			continue
-		}
-		mem = append(mem, fmt.Sprintf("%d=%dM", i, perReplica*uint64(a.count[i])))
+		devs[i] = plan.AllocatedDevice{MemoryMiB: ds.physical[p].MemoryMiB, Replicas: a.count[i]}
 	}
-	if len(mem) > 0 {
-		resp.Envs[EnvMPSPinnedDeviceMemLimit] = strings.Join(mem, ",")
+	return plan.Allocation{Resource: ds.resource.Name, Sharing: ds.resource.Sharing, Devices: devs, MPS: o.MPSLayout()}
+}
+
+// addEdits copies a strategy's container edits into the response.
+func (ds *deviceSet) addEdits(resp *pluginapi.ContainerAllocateResponse, e plan.ContainerEdits) {
+	for k, v := range e.Env {
+		resp.Envs[k] = v
+	}
+	for _, m := range e.Mounts {
+		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
 	}
 }

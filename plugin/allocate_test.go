@@ -11,7 +11,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // mounts formats mounts as "host->container" strings.
@@ -34,18 +34,18 @@ func cdiNames(ds []*pluginapi.CDIDevice) []string {
 
 // mixedResources are the resources the Allocate tests use: whole GPUs,
 // MIG devices, time-sliced replicas and MPS replicas.
-func mixedResources() map[string]rules.Resource {
-	return map[string]rules.Resource{
+func mixedResources() map[string]plan.Resource {
+	return map[string]plan.Resource{
 		"gpu": {Name: "nvidia.com/gpu", Devices: gpus(0, 1, 2)},
-		"mig": {Name: "nvidia.com/mig-1g.10gb", Devices: []rules.Device{migDevice(3, 0), migDevice(3, 1)}},
+		"mig": {Name: "nvidia.com/mig-1g.10gb", Devices: []plan.Device{migDevice(3, 0), migDevice(3, 1)}},
 		"ts": {Name: "example.com/shared", Devices: gpus(4, 5),
-			Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 4}},
+			Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 4}},
 		"ts-one": {Name: "example.com/shared-one", Devices: gpus(4, 5),
-			Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 4, FailRequestsGreaterThanOne: true}},
+			Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 4, FailRequestsGreaterThanOne: true}},
 		"mps": {Name: "example.com/mps", Devices: gpus(6, 7),
-			Sharing: rules.Sharing{Strategy: rules.SharingMPS, Replicas: 4}},
+			Sharing: plan.Sharing{Strategy: plan.SharingMPS, Replicas: 4}},
 		"mps-limits": {Name: "example.com/mps-limits", Devices: gpus(6, 7),
-			Sharing: rules.Sharing{Strategy: rules.SharingMPS, Replicas: 4, MPS: &rules.MPSLimits{PinnedMemoryLimitMiB: 10240, ActiveThreadPercentage: 30}}},
+			Sharing: plan.Sharing{Strategy: plan.SharingMPS, Replicas: 4, MPS: &plan.MPSLimits{PinnedMemoryLimitMiB: 10240, ActiveThreadPercentage: 30}}},
 	}
 }
 
@@ -217,12 +217,12 @@ func TestAllocateErrors(t *testing.T) {
 }
 
 // mixedPlan serves every resource of mixedResources.
-func mixedPlan() *rules.Plan {
-	p := &rules.Plan{Links: nvlinkGroups(8, 4)}
+func mixedPlan() *plan.Plan {
+	p := &plan.Plan{Links: nvlinkGroups(8, 4)}
 	for _, r := range mixedResources() {
 		p.Resources = append(p.Resources, r)
 	}
-	slices.SortFunc(p.Resources, func(a, b rules.Resource) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(p.Resources, func(a, b plan.Resource) int { return strings.Compare(a.Name, b.Name) })
 	return p
 }
 

@@ -8,15 +8,15 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // replicaPlan shares 8 GPUs 8 ways: 64 replicas.
-func replicaResource() rules.Resource {
-	return rules.Resource{
+func replicaResource() plan.Resource {
+	return plan.Resource{
 		Name:    "example.com/shared",
 		Devices: gpus(0, 1, 2, 3, 4, 5, 6, 7),
-		Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 8},
+		Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 8},
 	}
 }
 
@@ -79,7 +79,7 @@ func BenchmarkAllocate(b *testing.B) {
 	}
 	gpuSet := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], nvlinkGroups(8, 4))
 	mpsRes := replicaResource()
-	mpsRes.Sharing.Strategy = rules.SharingMPS
+	mpsRes.Sharing.Strategy = plan.SharingMPS
 	mpsSet := newDeviceSet(mpsRes, nvlinkGroups(8, 4))
 	b.Run("gpus4", func(b *testing.B) {
 		ids := gpuIDs(0, 1, 2, 3)
@@ -114,15 +114,15 @@ func BenchmarkAllocate(b *testing.B) {
 }
 
 // benchPlan has n resources of one GPU each.
-func benchPlan(n int) *rules.Plan {
-	p := &rules.Plan{Links: nvlinkGroups(8, 4)}
+func benchPlan(n int) *plan.Plan {
+	p := &plan.Plan{Links: nvlinkGroups(8, 4)}
 	for i := range n {
-		p.Resources = append(p.Resources, rules.Resource{Name: fmt.Sprintf("example.com/r%d", i), Devices: gpus(i % 8)})
+		p.Resources = append(p.Resources, plan.Resource{Name: fmt.Sprintf("example.com/r%d", i), Devices: gpus(i % 8)})
 	}
 	return p
 }
 
-func resourceNames(p *rules.Plan) []string {
+func resourceNames(p *plan.Plan) []string {
 	var out []string
 	for _, r := range p.Resources {
 		out = append(out, r.Name)

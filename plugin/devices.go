@@ -6,26 +6,27 @@ import (
 	"slices"
 	"strconv"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
-// deviceSet is everything a server derives from one rules.Resource and the
+// deviceSet is everything a server derives from one plan.Resource and the
 // plan's link matrix, once per Apply: the logical devices it advertises
 // (replicas expanded), lookup tables and the pairwise link scores that
 // GetPreferredAllocation uses. It never changes after it is built, so gRPC
 // handlers read it without locks.
 type deviceSet struct {
-	resource rules.Resource
+	resource plan.Resource
 	links    discovery.LinkMatrix
 	// replicas is the number of logical devices per physical device; 1
 	// means IDs are the plain device IDs.
 	replicas int
 	// physical are the resource's devices in plan order (GPU index, then
 	// MIG index).
-	physical []rules.Device
+	physical []plan.Device
 	// logical are the advertised devices: physical ones, or their replicas
 	// in order <id>::0 .. <id>::<replicas-1>.
 	logical []logicalDevice
@@ -49,21 +50,13 @@ type logicalDevice struct {
 }
 
 // validateResource checks the parts of a plan resource the plugin relies on.
-func validateResource(i int, r *rules.Resource) error {
+func validateResource(i int, r *plan.Resource) error {
 	var errs []error
-	if err := validateResourceName(r.Name); err != nil {
+	if err := plan.ValidateResourceName(r.Name); err != nil {
 		errs = append(errs, fmt.Errorf("resources[%d].name: %w", i, err))
 	}
-	switch r.Sharing.Strategy {
-	case "", rules.SharingNone, rules.SharingTimeSlicing, rules.SharingMPS:
-	default:
-		errs = append(errs, fmt.Errorf("resources[%d] (%s).sharing.strategy: unknown strategy %q", i, r.Name, r.Sharing.Strategy))
-	}
-	if r.Sharing.Replicas < 0 {
-		errs = append(errs, fmt.Errorf("resources[%d] (%s).sharing.replicas: %d is negative", i, r.Name, r.Sharing.Replicas))
-	}
-	if mps := r.Sharing.MPS; mps != nil && (mps.ActiveThreadPercentage < 0 || mps.ActiveThreadPercentage > 100) {
-		errs = append(errs, fmt.Errorf("resources[%d] (%s).sharing.mps.activeThreadPercentage: %d is outside 0..100", i, r.Name, mps.ActiveThreadPercentage))
+	for _, e := range r.Sharing.Validate(field.NewPath("sharing")) {
+		errs = append(errs, fmt.Errorf("resources[%d] (%s).%w", i, r.Name, e))
 	}
 	seen := make(map[string]bool, len(r.Devices))
 	for j, d := range r.Devices {
@@ -84,20 +77,12 @@ func validateResource(i int, r *rules.Resource) error {
 	return errors.Join(errs...)
 }
 
-// replicasOf returns the number of logical devices per physical device.
-func replicasOf(s rules.Sharing) int {
-	if s.Strategy == "" || s.Strategy == rules.SharingNone || s.Replicas < 2 {
-		return 1
-	}
-	return s.Replicas
-}
-
 // newDeviceSet derives the device set of a validated resource.
-func newDeviceSet(r rules.Resource, links discovery.LinkMatrix) *deviceSet {
+func newDeviceSet(r plan.Resource, links discovery.LinkMatrix) *deviceSet {
 	ds := &deviceSet{
 		resource: r,
 		links:    links,
-		replicas: replicasOf(r.Sharing),
+		replicas: r.Sharing.DeviceReplicas(),
 		physical: r.Devices,
 	}
 	n := len(r.Devices)
@@ -140,27 +125,16 @@ func newDeviceSet(r rules.Resource, links discovery.LinkMatrix) *deviceSet {
 
 // sameAs reports whether the set was built from an identical resource and
 // link matrix, so a new plan can keep the running set.
-func (ds *deviceSet) sameAs(r rules.Resource, links discovery.LinkMatrix) bool {
+func (ds *deviceSet) sameAs(r plan.Resource, links discovery.LinkMatrix) bool {
 	return equalResource(ds.resource, r) && equalLinks(ds.links, links)
 }
 
 // equalResource compares two plan resources field by field.
-func equalResource(a, b rules.Resource) bool {
-	if a.Name != b.Name || !equalSharing(a.Sharing, b.Sharing) {
+func equalResource(a, b plan.Resource) bool {
+	if a.Name != b.Name || !a.Sharing.Equal(b.Sharing) {
 		return false
 	}
 	return slices.Equal(a.Devices, b.Devices)
-}
-
-// equalSharing compares two sharing settings, MPS limits by value.
-func equalSharing(a, b rules.Sharing) bool {
-	if a.Strategy != b.Strategy || a.Replicas != b.Replicas || a.FailRequestsGreaterThanOne != b.FailRequestsGreaterThanOne {
-		return false
-	}
-	if (a.MPS == nil) != (b.MPS == nil) {
-		return false
-	}
-	return a.MPS == nil || *a.MPS == *b.MPS
 }
 
 // equalLinks compares two link matrices.
@@ -169,7 +143,7 @@ func equalLinks(a, b discovery.LinkMatrix) bool {
 }
 
 // healthFunc reports whether a physical device is unhealthy now.
-type healthFunc func(d *rules.Device) bool
+type healthFunc func(d *plan.Device) bool
 
 // apiDevices builds the ListAndWatch device list and counts the unhealthy
 // logical devices. bad[p] says physical device p is Unhealthy; bad is nil

@@ -1,6 +1,6 @@
 // Package plugin serves featureplug's resources to the kubelet through the
 // device-plugin API v1beta1: one gRPC server per resource name of a
-// rules.Plan, each on its own unix socket in the kubelet's device-plugin
+// plan.Plan, each on its own unix socket in the kubelet's device-plugin
 // directory.
 //
 // A Manager owns the servers. Apply diffs a new Plan against the running one:

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/featureplug/featureplug/discovery"
 )
 
@@ -17,7 +19,7 @@ import (
 // ends. An interval without events closes the device's window, so the next
 // event is logged at once again. Metrics count every event elsewhere.
 type eventLog struct {
-	clock    Clock
+	clock    clock.WithDelayedExecution
 	interval time.Duration
 	log      *slog.Logger
 
@@ -31,11 +33,11 @@ type eventWindow struct {
 	gpu, mig string
 	counts   map[string]uint64 // by "xid 79", "ecc-double-bit", ...
 	total    uint64
-	timer    Timer
+	timer    clock.Timer
 }
 
-func newEventLog(clock Clock, interval time.Duration, log *slog.Logger) *eventLog {
-	return &eventLog{clock: clock, interval: interval, log: log, devs: map[string]*eventWindow{}}
+func newEventLog(clk clock.WithDelayedExecution, interval time.Duration, log *slog.Logger) *eventLog {
+	return &eventLog{clock: clk, interval: interval, log: log, devs: map[string]*eventWindow{}}
 }
 
 // countLabel names an event's kind and (bounded) XID in a summary.

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // maxErrorBytes bounds every error message of the request handlers,
@@ -25,7 +25,7 @@ func fuzzSets() []*deviceSet {
 		newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], nvlinkGroups(8, 4)),
 		newDeviceSet(ts, nvlinkGroups(8, 4)),
 		newDeviceSet(one, nvlinkGroups(8, 4)),
-		newDeviceSet(rules.Resource{Name: "nvidia.com/mig", Devices: []rules.Device{migDevice(0, 0), migDevice(0, 1), migDevice(1, 0)}}, nil),
+		newDeviceSet(plan.Resource{Name: "nvidia.com/mig", Devices: []plan.Device{migDevice(0, 0), migDevice(0, 1), migDevice(1, 0)}}, nil),
 	}
 }
 
@@ -49,7 +49,7 @@ func fuzzIDs(ds *deviceSet, b []byte, extra string) []string {
 
 // fuzzBad marks physical devices unhealthy from a bit mask.
 func fuzzBad(ds *deviceSet, mask uint8) []bool {
-	_, bad, _ := ds.apiDevices(func(d *rules.Device) bool {
+	_, bad, _ := ds.apiDevices(func(d *plan.Device) bool {
 		for i := range ds.physical {
 			if &ds.physical[i] == d {
 				return mask&(1<<(i%8)) != 0

@@ -7,8 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Health bookkeeping timing.
@@ -30,7 +32,7 @@ const (
 // the whole GPU) and MIG UUIDs (events scoped to one MIG device). With a
 // store, the records survive a restart of the process.
 type healthTracker struct {
-	clock  Clock
+	clock  clock.WithDelayedExecution
 	period time.Duration
 	// onRecover is called, without locks held, after devices recovered.
 	onRecover func(keys []string)
@@ -43,21 +45,21 @@ type healthTracker struct {
 
 	mu      sync.Mutex
 	recs    map[string]*healthRecord
-	timers  map[string]Timer
-	pending Timer // a coalesced state-file write
+	timers  map[string]clock.Timer
+	pending clock.Timer // a coalesced state-file write
 	closed  bool
 }
 
-func newHealthTracker(clock Clock, period time.Duration, store *healthStore, log *slog.Logger, met *metrics, onRecover func([]string)) *healthTracker {
+func newHealthTracker(clk clock.WithDelayedExecution, period time.Duration, store *healthStore, log *slog.Logger, met *metrics, onRecover func([]string)) *healthTracker {
 	h := &healthTracker{
-		clock:     clock,
+		clock:     clk,
 		period:    period,
 		onRecover: onRecover,
 		store:     store,
 		log:       log,
 		metrics:   met,
 		recs:      map[string]*healthRecord{},
-		timers:    map[string]Timer{},
+		timers:    map[string]clock.Timer{},
 	}
 	h.restore()
 	return h
@@ -218,8 +220,8 @@ func (h *healthTracker) unhealthyFunc() healthFunc {
 	if len(bad) == 0 {
 		return nil
 	}
-	return func(d *rules.Device) bool {
-		return bad[d.GPUUUID] || (d.Kind == rules.DeviceMIG && bad[d.ID])
+	return func(d *plan.Device) bool {
+		return bad[d.GPUUUID] || (d.Kind == plan.DeviceMIG && bad[d.ID])
 	}
 }
 

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // testTimeout bounds every wait in the socket tests.
@@ -26,24 +28,24 @@ func migUUID(i, j int) string { return fmt.Sprintf("MIG-%08x-%04x-2222-3333-4444
 
 // gpuDevice is whole GPU i of a node whose GPUs 0..n/2-1 sit on NUMA node
 // 0 and the rest on node 1 (for n = 8: 0-3 and 4-7).
-func gpuDevice(i int) rules.Device {
-	return rules.Device{
-		ID: gpuUUID(i), Kind: rules.DeviceGPU, GPUUUID: gpuUUID(i), GPUIndex: i,
+func gpuDevice(i int) plan.Device {
+	return plan.Device{
+		ID: gpuUUID(i), Kind: plan.DeviceGPU, GPUUUID: gpuUUID(i), GPUIndex: i,
 		Index: fmt.Sprint(i), NUMANode: i / 4, MemoryMiB: 81559, Rule: "h100",
 	}
 }
 
 // migDevice is MIG device j of GPU i.
-func migDevice(i, j int) rules.Device {
-	return rules.Device{
-		ID: migUUID(i, j), Kind: rules.DeviceMIG, GPUUUID: gpuUUID(i), GPUIndex: i,
+func migDevice(i, j int) plan.Device {
+	return plan.Device{
+		ID: migUUID(i, j), Kind: plan.DeviceMIG, GPUUUID: gpuUUID(i), GPUIndex: i,
 		Index: fmt.Sprintf("%d:%d", i, j), NUMANode: i / 4, Profile: "1g.10gb", MemoryMiB: 9728, Rule: "mig",
 	}
 }
 
 // gpus returns whole GPU devices for the given indexes.
-func gpus(idx ...int) []rules.Device {
-	out := make([]rules.Device, len(idx))
+func gpus(idx ...int) []plan.Device {
+	out := make([]plan.Device, len(idx))
 	for i, x := range idx {
 		out[i] = gpuDevice(x)
 	}
@@ -71,9 +73,9 @@ func nvlinkGroups(n, group int) discovery.LinkMatrix {
 
 // h100Plan is the 8x H100 node with two NVLink groups of four, all GPUs
 // in one resource.
-func h100Plan(name string) *rules.Plan {
-	return &rules.Plan{
-		Resources: []rules.Resource{{Name: name, Devices: gpus(0, 1, 2, 3, 4, 5, 6, 7)}},
+func h100Plan(name string) *plan.Plan {
+	return &plan.Plan{
+		Resources: []plan.Resource{{Name: name, Devices: gpus(0, 1, 2, 3, 4, 5, 6, 7)}},
 		Links:     nvlinkGroups(8, 4),
 	}
 }
@@ -90,62 +92,40 @@ func tempDir(t testing.TB) string {
 	return dir
 }
 
-// fakeClock is a Clock that moves only when told to.
+// fakeClock is k8s.io/utils/clock/testing's FakeClock with one change:
+// Advance runs the AfterFunc callbacks that came due in the caller's
+// goroutine after the clock's lock is released (FakeClock.Step calls them
+// with its lock held, so a callback that reads the clock would deadlock),
+// so a test sees their effects as soon as Advance returns.
 type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
+	*testingclock.FakeClock
+
+	mu  sync.Mutex
+	due []func()
 }
 
-type fakeTimer struct {
-	c    *fakeClock
-	at   time.Time
-	f    func()
-	done bool
+var _ clock.WithDelayedExecution = (*fakeClock)(nil)
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{FakeClock: testingclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
 }
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.done
-	t.done = true
-	return was
+// AfterFunc queues f to run in Advance once d has passed.
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return c.FakeClock.AfterFunc(d, func() {
+		c.mu.Lock()
+		c.due = append(c.due, f)
+		c.mu.Unlock()
+	})
 }
 
 // Advance moves the clock and runs, in the caller's goroutine, the
 // functions that came due.
 func (c *fakeClock) Advance(d time.Duration) {
+	c.Step(d)
 	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []func()
-	keep := c.timers[:0]
-	for _, t := range c.timers {
-		switch {
-		case t.done:
-		case !t.at.After(c.now):
-			t.done = true
-			due = append(due, t.f)
-		default:
-			keep = append(keep, t)
-		}
-	}
-	c.timers = keep
+	due := c.due
+	c.due = nil
 	c.mu.Unlock()
 	for _, f := range due {
 		f()
@@ -163,7 +143,7 @@ type env struct {
 }
 
 // startEnv starts a simulated kubelet and a manager serving plan.
-func startEnv(t testing.TB, opts Options, plan *rules.Plan) *env {
+func startEnv(t testing.TB, opts Options, plan *plan.Plan) *env {
 	t.Helper()
 	e := &env{t: t, dir: tempDir(t)}
 	k, err := kubeletsim.Start(e.dir)
@@ -177,7 +157,7 @@ func startEnv(t testing.TB, opts Options, plan *rules.Plan) *env {
 }
 
 // startManager starts the manager in e.dir.
-func (e *env) startManager(opts Options, plan *rules.Plan) {
+func (e *env) startManager(opts Options, plan *plan.Plan) {
 	e.t.Helper()
 	opts.KubeletDir = e.dir
 	m, err := NewManager(opts)

@@ -13,7 +13,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // resyncInterval is how often Run checks, besides watching, that every
@@ -36,7 +36,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	state    managerState
-	plan     *rules.Plan
+	plan     *plan.Plan
 	servers  map[string]*server // by resource name
 	bySocket map[string]*server
 	// watch is the directory watch; dirPresent whether the device-plugin
@@ -93,7 +93,7 @@ func NewManager(opts Options) (*Manager, error) {
 // unchanged resources are not touched. An invalid plan changes nothing and
 // returns an error naming the resource, field and value. Plans applied
 // before Run are served when Run starts.
-func (m *Manager) Apply(plan *rules.Plan) error {
+func (m *Manager) Apply(plan *plan.Plan) error {
 	if err := validatePlan(plan); err != nil {
 		m.metrics.applies.WithLabelValues("invalid").Inc()
 		return err
@@ -114,14 +114,14 @@ func (m *Manager) Apply(plan *rules.Plan) error {
 // validatePlan checks every resource of a plan. Checks that span the
 // whole plan (caps on sizes) belong at the end, next to the per-resource
 // ones.
-func validatePlan(plan *rules.Plan) error {
-	if plan == nil {
+func validatePlan(p *plan.Plan) error {
+	if p == nil {
 		return errors.New("plugin: nil plan")
 	}
 	var errs []error
-	names := make(map[string]int, len(plan.Resources))
-	for i := range plan.Resources {
-		r := &plan.Resources[i]
+	names := make(map[string]int, len(p.Resources))
+	for i := range p.Resources {
+		r := &p.Resources[i]
 		if j, dup := names[r.Name]; dup {
 			errs = append(errs, fmt.Errorf("resources[%d].name: %q repeats resources[%d]", i, r.Name, j))
 		}
@@ -132,7 +132,7 @@ func validatePlan(plan *rules.Plan) error {
 	}
 	// The caps on replicas and device IDs, by the same code as the planner
 	// and `rules check`: a plan made some other way is refused too.
-	if err := rules.ValidatePlan(plan); err != nil {
+	if err := plan.ValidatePlan(p); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

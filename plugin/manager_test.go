@@ -14,7 +14,7 @@ import (
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // deviceIDs lists the IDs of a ListAndWatch list.
@@ -85,7 +85,7 @@ func TestRegistersEveryResource(t *testing.T) {
 func TestNoTopologyWithoutNUMA(t *testing.T) {
 	devs := gpus(0)
 	devs[0].NUMANode = discovery.NoNUMANode
-	e := startEnv(t, DefaultOptions(), &rules.Plan{Resources: []rules.Resource{{Name: "nvidia.com/gpu", Devices: devs}}})
+	e := startEnv(t, DefaultOptions(), &plan.Plan{Resources: []plan.Resource{{Name: "nvidia.com/gpu", Devices: devs}}})
 	e.waitRegistered(1, "nvidia.com/gpu")
 	if d := e.kubelet.Devices("nvidia.com/gpu")[0]; d.GetTopology() != nil {
 		t.Errorf("topology %v for a GPU without NUMA node, want none", d.GetTopology())
@@ -94,8 +94,15 @@ func TestNoTopologyWithoutNUMA(t *testing.T) {
 
 func TestManagerBeforeKubelet(t *testing.T) {
 	e := &env{t: t, dir: tempDir(t)}
-	e.startManager(DefaultOptions(), h100Plan("nvidia.com/gpu"))
-	time.Sleep(150 * time.Millisecond) // at least one failed registration attempt
+	reg := prometheus.NewRegistry()
+	opts := DefaultOptions()
+	opts.Registerer = reg
+	e.startManager(opts, h100Plan("nvidia.com/gpu"))
+	// Wait for at least one registration attempt that found no kubelet.
+	missing := map[string]string{"resource": "nvidia.com/gpu", "result": regKubeletMissing}
+	waitTrue(t, "a registration attempt without a kubelet", func() bool {
+		return metricValue(t, reg, "featureplug_plugin_registrations_total", missing) >= 1
+	})
 	if e.m.Ready() || e.m.Registered("nvidia.com/gpu") {
 		t.Fatal("ready without a kubelet")
 	}
@@ -128,7 +135,7 @@ func TestReadyNeedsEveryFirstResource(t *testing.T) {
 }
 
 func TestPlanChange(t *testing.T) {
-	plan1 := &rules.Plan{Links: nvlinkGroups(8, 4), Resources: []rules.Resource{
+	plan1 := &plan.Plan{Links: nvlinkGroups(8, 4), Resources: []plan.Resource{
 		{Name: "example.com/a", Devices: gpus(0, 1, 2, 3)},
 		{Name: "example.com/b", Devices: gpus(4, 5)},
 		{Name: "example.com/c", Devices: gpus(6, 7)},
@@ -145,7 +152,7 @@ func TestPlanChange(t *testing.T) {
 	for i := range a.Devices {
 		a.Devices[i].Rule = "renamed-rule"
 	}
-	plan2 := &rules.Plan{Links: nvlinkGroups(8, 4), Resources: []rules.Resource{
+	plan2 := &plan.Plan{Links: nvlinkGroups(8, 4), Resources: []plan.Resource{
 		a,
 		{Name: "example.com/b", Devices: gpus(4)},
 		{Name: "example.com/d", Devices: gpus(6, 7)},
@@ -166,8 +173,16 @@ func TestPlanChange(t *testing.T) {
 		t.Error("removed resource still reported registered")
 	}
 
-	// Give a wrongly pushed update a moment to arrive before checking.
-	time.Sleep(100 * time.Millisecond)
+	// A wrongly pushed update or re-registration of a would arrive on its
+	// stream before the next real change does: push one (GPU 3 leaves a)
+	// and wait for it, then count.
+	aMarker := a
+	aMarker.Devices = a.Devices[:3]
+	planMarker := &plan.Plan{Links: plan2.Links, Resources: append([]plan.Resource{aMarker}, plan2.Resources[1:]...)}
+	if err := e.m.Apply(planMarker); err != nil {
+		t.Fatal(err)
+	}
+	e.waitDevices("example.com/a", "shrinks to GPUs 0-2", hasIDs(gpuIDs(0, 1, 2)))
 	for name, want := range map[string][3]int{ // registrations, streams
 		"example.com/a": {1, 1},
 		"example.com/b": {1, 1},
@@ -180,17 +195,17 @@ func TestPlanChange(t *testing.T) {
 			t.Errorf("%s: stream closed", name)
 		}
 	}
-	if got := e.kubelet.Updates("example.com/a"); got != updatesA {
-		t.Errorf("unchanged resource a got %d updates after the plan change, want none", got-updatesA)
+	if got := e.kubelet.Updates("example.com/a"); got != updatesA+1 {
+		t.Errorf("unchanged resource a got %d updates after the plan change, want none", got-updatesA-1)
 	}
 	if got := e.kubelet.Updates("example.com/b"); got != 2 {
 		t.Errorf("resource b got %d device lists, want 2 (initial and changed)", got)
 	}
 
 	// Sharing changes are pushed on the same stream too.
-	plan3 := &rules.Plan{Links: nvlinkGroups(8, 4), Resources: []rules.Resource{
+	plan3 := &plan.Plan{Links: nvlinkGroups(8, 4), Resources: []plan.Resource{
 		a,
-		{Name: "example.com/b", Devices: gpus(4), Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 2}},
+		{Name: "example.com/b", Devices: gpus(4), Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2}},
 		{Name: "example.com/d", Devices: gpus(6, 7)},
 	}}
 	if err := e.m.Apply(plan3); err != nil {
@@ -246,7 +261,7 @@ func TestKubeletRestart(t *testing.T) {
 }
 
 func TestServerSocketRemoved(t *testing.T) {
-	plan := &rules.Plan{Resources: []rules.Resource{
+	plan := &plan.Plan{Resources: []plan.Resource{
 		{Name: "example.com/a", Devices: gpus(0, 1)},
 		{Name: "example.com/b", Devices: gpus(2, 3)},
 	}}
@@ -285,12 +300,12 @@ func TestRunStops(t *testing.T) {
 }
 
 // healthPlan has whole GPUs, replicas and MIG devices on shared GPUs.
-func healthPlan() *rules.Plan {
-	return &rules.Plan{Resources: []rules.Resource{
-		{Name: "example.com/shared", Devices: gpus(1, 2), Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 2}},
+func healthPlan() *plan.Plan {
+	return &plan.Plan{Resources: []plan.Resource{
+		{Name: "example.com/shared", Devices: gpus(1, 2), Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2}},
 		{Name: "nvidia.com/gpu", Devices: gpus(0, 1, 2)},
-		{Name: "nvidia.com/mig", Devices: []rules.Device{migDevice(3, 0), migDevice(3, 1)}},
-		{Name: "nvidia.com/mig-shared", Devices: []rules.Device{migDevice(3, 2)}, Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 2}},
+		{Name: "nvidia.com/mig", Devices: []plan.Device{migDevice(3, 0), migDevice(3, 1)}},
+		{Name: "nvidia.com/mig-shared", Devices: []plan.Device{migDevice(3, 2)}, Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2}},
 	}}
 }
 
@@ -362,7 +377,12 @@ func TestHealthWithoutRecovery(t *testing.T) {
 		return healthOf(devs)[gpuUUID(0)] == pluginapi.Unhealthy
 	})
 	clock.Advance(24 * time.Hour)
-	time.Sleep(50 * time.Millisecond)
+	// A recovery of GPU 0 would reach the stream before the next change:
+	// make one (GPU 1 fails) and wait for it.
+	events <- discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 79}
+	e.waitDevices("nvidia.com/gpu", "GPU 1 unhealthy", func(devs []*pluginapi.Device) bool {
+		return healthOf(devs)[gpuUUID(1)] == pluginapi.Unhealthy
+	})
 	if h := healthOf(e.kubelet.Devices("nvidia.com/gpu"))[gpuUUID(0)]; h != pluginapi.Unhealthy {
 		t.Errorf("GPU 0 is %s a day later with recovery disabled", h)
 	}
@@ -461,7 +481,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestEmptyResource(t *testing.T) {
-	e := startEnv(t, DefaultOptions(), &rules.Plan{Resources: []rules.Resource{{Name: "example.com/none"}}})
+	e := startEnv(t, DefaultOptions(), &plan.Plan{Resources: []plan.Resource{{Name: "example.com/none"}}})
 	e.waitRegistered(1, "example.com/none")
 	if total, _ := e.kubelet.Capacity("example.com/none"); total != 0 {
 		t.Errorf("capacity %d, want 0", total)

@@ -61,54 +61,6 @@ func isOwnSocketName(name string) bool {
 		strings.HasPrefix(name, socketPrefix) && strings.HasSuffix(name, socketSuffix)
 }
 
-// MPSPipeDir returns the MPS control daemon's pipe directory for resource:
-// <mpsRoot>/<sanitized resource name>/pipe. The agent starts the daemon
-// there; Allocate mounts it into containers.
-func MPSPipeDir(mpsRoot, resource string) string {
-	return filepath.Join(mpsRoot, SanitizeResourceName(resource), "pipe")
-}
-
-// validateResourceName checks that name is an extended resource name the
-// kubelet accepts: <DNS subdomain>/<name>.
-func validateResourceName(name string) error {
-	prefix, base, ok := strings.Cut(name, "/")
-	if !ok || prefix == "" || base == "" || strings.Contains(base, "/") {
-		return fmt.Errorf("%q is not of the form <domain>/<name>", name)
-	}
-	if len(prefix) > 253 {
-		return fmt.Errorf("%q: domain is longer than 253 characters", name)
-	}
-	for _, label := range strings.Split(prefix, ".") {
-		if !isDNSLabel(label) {
-			return fmt.Errorf("%q: domain %q is not a lowercase DNS subdomain", name, prefix)
-		}
-	}
-	if len(base) > 63 {
-		return fmt.Errorf("%q: name %q is longer than 63 characters", name, base)
-	}
-	for i, c := range base {
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && (i == 0 || i == len(base)-1 || (c != '-' && c != '_' && c != '.')) {
-			return fmt.Errorf("%q: name %q must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric", name, base)
-		}
-	}
-	return nil
-}
-
-// isDNSLabel reports whether s is a lowercase RFC 1123 label.
-func isDNSLabel(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for i, c := range s {
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
-			return false
-		}
-	}
-	return true
-}
-
 // validateDeviceName checks that a device ID or index can be used in a
 // device list, a mount path and a CDI device name.
 func validateDeviceName(id string) error {

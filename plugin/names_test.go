@@ -67,37 +67,3 @@ func TestSocketPathDirTooLong(t *testing.T) {
 		t.Fatal("SocketPath accepted a directory leaving no room for a socket name")
 	}
 }
-
-func TestMPSPipeDir(t *testing.T) {
-	if got, want := MPSPipeDir("/run/featureplug/mps", "example.com/h100-shared"), "/run/featureplug/mps/example.com_h100-shared/pipe"; got != want {
-		t.Errorf("MPSPipeDir = %q, want %q", got, want)
-	}
-}
-
-func TestValidateResourceName(t *testing.T) {
-	tests := []struct {
-		name string
-		ok   bool
-	}{
-		{"nvidia.com/gpu", true},
-		{"example.com/a100-80gb", true},
-		{"nvidia.com/mig-1g.10gb", true},
-		{"example.com/A_b.c", true},
-		{"gpu", false},
-		{"/gpu", false},
-		{"nvidia.com/", false},
-		{"nvidia.com/a/b", false},
-		{"Nvidia.com/gpu", false},
-		{"nvidia_x.com/gpu", false},
-		{"nvidia.com/-gpu", false},
-		{"nvidia.com/gpu-", false},
-		{"nvidia.com/g pu", false},
-		{"nvidia.com/" + strings.Repeat("g", 64), false},
-	}
-	for _, tt := range tests {
-		err := validateResourceName(tt.name)
-		if (err == nil) != tt.ok {
-			t.Errorf("validateResourceName(%q) = %v, want ok=%v", tt.name, err, tt.ok)
-		}
-	}
-}

@@ -10,8 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // DeviceListStrategy is one way of telling the container runtime which
@@ -69,7 +72,7 @@ const (
 	DefaultCDIAnnotationPrefix = cdiapi.AnnotationPrefix
 	// DefaultMPSRoot holds one directory per MPS resource, with the MPS
 	// control daemon's pipe directory below it.
-	DefaultMPSRoot = "/run/featureplug/mps"
+	DefaultMPSRoot = plan.DefaultMPSRoot
 	// DefaultHealthRecovery is the quiet period after which an unhealthy
 	// device becomes healthy again.
 	DefaultHealthRecovery = 5 * time.Minute
@@ -104,8 +107,8 @@ type Options struct {
 	// HealthRecovery is the quiet period after the last critical event
 	// after which a device is Healthy again; 0 disables recovery.
 	HealthRecovery time.Duration
-	// MPSRoot holds the MPS pipe directories, one per MPS resource at
-	// MPSPipeDir(MPSRoot, resource).
+	// MPSRoot holds the MPS pipe directories, one per MPS resource, in the
+	// layout of plan.MPSLayout (see Options.MPSLayout).
 	MPSRoot string
 	// Gate, when set, is asked before every Allocate; a resource it holds
 	// back (ok false) gets codes.Unavailable with the reason. The agent uses
@@ -116,8 +119,9 @@ type Options struct {
 	// Registerer, when set, receives the manager's metrics.
 	Registerer prometheus.Registerer
 	// Clock is the time source of health recovery and of the health-event
-	// log summaries (default: system clock).
-	Clock Clock
+	// log summaries (default: the real clock). Tests inject
+	// k8s.io/utils/clock/testing's FakeClock.
+	Clock clock.WithDelayedExecution
 	// StateDir holds the health state file (HealthStateFile), so devices
 	// found unhealthy stay Unhealthy across a restart of the agent until
 	// their recovery deadline; empty disables persistence.
@@ -173,7 +177,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Clock == nil {
-		o.Clock = systemClock{}
+		o.Clock = clock.RealClock{}
 	}
 	if o.WatchBackstop == 0 {
 		o.WatchBackstop = DefaultWatchBackstop
@@ -251,3 +255,7 @@ func (o *Options) has(s DeviceListStrategy) bool {
 	}
 	return false
 }
+
+// MPSLayout returns the MPS daemons' directory layout below MPSRoot, which
+// Allocate gives to a sharing strategy's container edits.
+func (o *Options) MPSLayout() plan.MPSLayout { return plan.MPSLayout{Root: o.MPSRoot} }

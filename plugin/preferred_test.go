@@ -11,7 +11,7 @@ import (
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // bundledLinks is the link matrix featureplug discovers on a bundled fake
@@ -35,7 +35,7 @@ func bundledLinks(t testing.TB, node string) discovery.LinkMatrix {
 }
 
 // dgxH100Plan is h100Plan on the real DGX H100 topology.
-func dgxH100Plan(t testing.TB, name string) *rules.Plan {
+func dgxH100Plan(t testing.TB, name string) *plan.Plan {
 	p := h100Plan(name)
 	p.Links = bundledLinks(t, "dgx-h100")
 	return p
@@ -162,7 +162,7 @@ func TestPreferredNUMATieBreak(t *testing.T) {
 	for i, n := range []int{1, 0, 0, 1} {
 		devs[i].NUMANode = n
 	}
-	ds := newDeviceSet(rules.Resource{Name: "a.b/c", Devices: devs}, links)
+	ds := newDeviceSet(plan.Resource{Name: "a.b/c", Devices: devs}, links)
 	tests := []struct {
 		name            string
 		available, must []int
@@ -196,7 +196,7 @@ func TestPreferredLargeNodeUsesGreedy(t *testing.T) {
 	if binomialAtMost(n, 16, maxCombinations) {
 		t.Fatal("test no longer exercises the greedy search")
 	}
-	ds := newDeviceSet(rules.Resource{Name: "a.b/c", Devices: gpus(idx...)}, nvlinkGroups(n, 8))
+	ds := newDeviceSet(plan.Resource{Name: "a.b/c", Devices: gpus(idx...)}, nvlinkGroups(n, 8))
 	got, err := ds.preferred(gpuIDs(idx...), gpuIDs(9), 8, ReplicasDistributed)
 	if err != nil {
 		t.Fatal(err)
@@ -260,9 +260,9 @@ func allReplicas(n, r int, skip ...string) []string {
 }
 
 func TestPreferredReplicas(t *testing.T) {
-	res := rules.Resource{
+	res := plan.Resource{
 		Name:    "example.com/shared",
-		Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 4},
+		Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 4},
 		Devices: gpus(0, 1, 2, 3),
 	}
 	ds := newDeviceSet(res, nvlinkGroups(4, 4))

@@ -22,7 +22,7 @@ import (
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // logBuffer is a concurrency-safe log sink for tests.
@@ -346,9 +346,9 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	e.kubelet.Stop()
 	e.stop()
 	opts.Registerer = nil
-	e2 := startEnv(t, opts, &rules.Plan{Resources: []rules.Resource{
+	e2 := startEnv(t, opts, &plan.Plan{Resources: []plan.Resource{
 		{Name: "nvidia.com/gpu", Devices: gpus(0, 1, 2, 3, 4, 5)},
-		{Name: "nvidia.com/mig", Devices: []rules.Device{migDevice(6, 0), migDevice(6, 1)}},
+		{Name: "nvidia.com/mig", Devices: []plan.Device{migDevice(6, 0), migDevice(6, 1)}},
 	}})
 	e2.waitRegistered(1, "nvidia.com/gpu", "nvidia.com/mig")
 	if got := e2.kubelet.Updates("nvidia.com/gpu"); got != 1 {
@@ -491,7 +491,7 @@ func TestAllocateStrict(t *testing.T) {
 		t.Fatal(err)
 	}
 	gpuSet := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], nvlinkGroups(8, 4))
-	_, bad, _ := gpuSet.apiDevices(func(d *rules.Device) bool { return d.GPUUUID == gpuUUID(3) })
+	_, bad, _ := gpuSet.apiDevices(func(d *plan.Device) bool { return d.GPUUUID == gpuUUID(3) })
 	tests := []struct {
 		name string
 		ids  []string
@@ -530,7 +530,7 @@ func TestPreferredSkipsUnhealthy(t *testing.T) {
 	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], nvlinkGroups(8, 4))
 	// GPUs 0 and 1 unhealthy: the best pair in the first NVLink group is
 	// then 2 and 3, never 0 or 1 although the kubelet offers them.
-	_, bad, _ := ds.apiDevices(func(d *rules.Device) bool { return d.GPUIndex < 2 })
+	_, bad, _ := ds.apiDevices(func(d *plan.Device) bool { return d.GPUIndex < 2 })
 	got, err := ds.pick(gpuIDs(0, 1, 2, 3), nil, 2, ReplicasDistributed, bad)
 	if err != nil || strings.Join(got, ",") != strings.Join(gpuIDs(2, 3), ",") {
 		t.Errorf("pick = %v, %v; want GPUs 2 and 3", got, err)
@@ -547,7 +547,7 @@ func TestPreferredSkipsUnhealthy(t *testing.T) {
 	}
 	// Replicas of an unhealthy GPU are skipped too.
 	rs := newDeviceSet(replicaResource(), nvlinkGroups(8, 4))
-	_, rbad, _ := rs.apiDevices(func(d *rules.Device) bool { return d.GPUIndex != 5 })
+	_, rbad, _ := rs.apiDevices(func(d *plan.Device) bool { return d.GPUIndex != 5 })
 	got, err = rs.pick(allReplicas(8, 8), nil, 3, ReplicasDistributed, rbad)
 	if err != nil {
 		t.Fatal(err)

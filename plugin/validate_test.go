@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 func TestValidatePlan(t *testing.T) {
@@ -17,21 +17,21 @@ func TestValidatePlan(t *testing.T) {
 	replicaLike.ID = "GPU-2::1"
 	tests := []struct {
 		name string
-		plan *rules.Plan
+		plan *plan.Plan
 		want []string // substrings of the error; none means valid
 	}{
 		{"valid", h100Plan("nvidia.com/gpu"), nil},
-		{"empty", &rules.Plan{}, nil},
+		{"empty", &plan.Plan{}, nil},
 		{"nil", nil, []string{"nil plan"}},
-		{"bad name", &rules.Plan{Resources: []rules.Resource{{Name: "gpu"}}}, []string{"resources[0].name", `"gpu"`}},
-		{"duplicate", &rules.Plan{Resources: []rules.Resource{{Name: "a.b/c"}, {Name: "a.b/c"}}}, []string{"resources[1].name", "repeats resources[0]"}},
-		{"bad device id", &rules.Plan{Resources: []rules.Resource{{Name: "a.b/c", Devices: []rules.Device{bad}}}}, []string{"resources[0] (a.b/c).devices[0].id", "GPU/0"}},
-		{"replica-like id", &rules.Plan{Resources: []rules.Resource{{Name: "a.b/c", Devices: []rules.Device{replicaLike}}}}, []string{"devices[0].id", "reserved for replica IDs"}},
-		{"no parent", &rules.Plan{Resources: []rules.Resource{{Name: "a.b/c", Devices: []rules.Device{noParent}}}}, []string{"devices[0].gpuUUID"}},
-		{"duplicate device", &rules.Plan{Resources: []rules.Resource{{Name: "a.b/c", Devices: gpus(1, 1)}}}, []string{"devices[1].id", "appears twice"}},
-		{"bad strategy", &rules.Plan{Resources: []rules.Resource{{Name: "a.b/c", Sharing: rules.Sharing{Strategy: "magic"}}}}, []string{"sharing.strategy", `"magic"`}},
-		{"negative replicas", &rules.Plan{Resources: []rules.Resource{{Name: "a.b/c", Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: -2}}}}, []string{"sharing.replicas", "-2"}},
-		{"bad mps", &rules.Plan{Resources: []rules.Resource{{Name: "a.b/c", Sharing: rules.Sharing{Strategy: rules.SharingMPS, Replicas: 2, MPS: &rules.MPSLimits{ActiveThreadPercentage: 150}}}}}, []string{"mps.activeThreadPercentage", "150"}},
+		{"bad name", &plan.Plan{Resources: []plan.Resource{{Name: "gpu"}}}, []string{"resources[0].name", `"gpu"`}},
+		{"duplicate", &plan.Plan{Resources: []plan.Resource{{Name: "a.b/c"}, {Name: "a.b/c"}}}, []string{"resources[1].name", "repeats resources[0]"}},
+		{"bad device id", &plan.Plan{Resources: []plan.Resource{{Name: "a.b/c", Devices: []plan.Device{bad}}}}, []string{"resources[0] (a.b/c).devices[0].id", "GPU/0"}},
+		{"replica-like id", &plan.Plan{Resources: []plan.Resource{{Name: "a.b/c", Devices: []plan.Device{replicaLike}}}}, []string{"devices[0].id", "reserved for replica IDs"}},
+		{"no parent", &plan.Plan{Resources: []plan.Resource{{Name: "a.b/c", Devices: []plan.Device{noParent}}}}, []string{"devices[0].gpuUUID"}},
+		{"duplicate device", &plan.Plan{Resources: []plan.Resource{{Name: "a.b/c", Devices: gpus(1, 1)}}}, []string{"devices[1].id", "appears twice"}},
+		{"bad strategy", &plan.Plan{Resources: []plan.Resource{{Name: "a.b/c", Sharing: plan.Sharing{Strategy: "magic"}}}}, []string{"sharing.strategy", `"magic"`}},
+		{"negative replicas", &plan.Plan{Resources: []plan.Resource{{Name: "a.b/c", Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: -2}}}}, []string{"sharing.replicas", "-2"}},
+		{"bad mps", &plan.Plan{Resources: []plan.Resource{{Name: "a.b/c", Sharing: plan.Sharing{Strategy: plan.SharingMPS, Replicas: 2, MPS: &plan.MPSLimits{ActiveThreadPercentage: 150}}}}}, []string{"mps.activeThreadPercentage", "150"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,7 +57,7 @@ func TestValidatePlan(t *testing.T) {
 func TestApplyInvalidPlanKeepsServing(t *testing.T) {
 	e := startEnv(t, DefaultOptions(), h100Plan("nvidia.com/gpu"))
 	e.waitRegistered(1, "nvidia.com/gpu")
-	if err := e.m.Apply(&rules.Plan{Resources: []rules.Resource{{Name: "not a name"}}}); err == nil {
+	if err := e.m.Apply(&plan.Plan{Resources: []plan.Resource{{Name: "not a name"}}}); err == nil {
 		t.Fatal("Apply accepted an invalid plan")
 	}
 	if !e.m.Registered("nvidia.com/gpu") || e.kubelet.Registrations("nvidia.com/gpu") != 1 || !e.kubelet.Streaming("nvidia.com/gpu") {

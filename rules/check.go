@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // CheckNode is a node CheckNodes tries a rules file on.
@@ -69,7 +70,7 @@ func (rs *RuleSet) checkNode(n CheckNode, add func(key string, e *Error)) {
 		desc := checkDescription(t)
 		most := 0
 		for _, r := range rs.rules {
-			if r.devices != t.kind || (t.kind == DeviceGPU && t.gpu.MIGEnabled) {
+			if r.devices != t.kind || (t.kind == plan.DeviceGPU && t.gpu.MIGEnabled) {
 				continue
 			}
 			if !pl.evaluate(r, t).match {
@@ -105,17 +106,17 @@ func (rs *RuleSet) checkNode(n CheckNode, add func(key string, e *Error)) {
 	capped := false
 	for _, k := range order {
 		r := rs.rules[k.rule]
-		res := Resource{Name: k.name, Sharing: r.sharing, Devices: make([]Device, perName[k])}
-		if err := checkResourceCaps(&res); err != nil {
+		res := plan.Resource{Name: k.name, Sharing: r.sharing, Devices: make([]plan.Device, perName[k])}
+		if err := plan.CheckResourceCaps(&res); err != nil {
 			capped = true
 			add("", &Error{Source: rs.source, Line: r.line, Rule: r.index, RuleName: r.name,
 				Msg: fmt.Sprintf("on %s, if the rule claimed every device it matches: %v", n.Name, err)})
 		}
 	}
-	if total > MaxDevicesPerNode {
+	if total > plan.MaxDevicesPerNode {
 		capped = true
-		add("", &Error{Source: rs.source, Rule: -1, Msg: fmt.Sprintf("on %s, if every rule claimed every device it matches: %d device IDs, over the cap of %d per node (rules.MaxDevicesPerNode)",
-			n.Name, total, MaxDevicesPerNode)})
+		add("", &Error{Source: rs.source, Rule: -1, Msg: fmt.Sprintf("on %s, if every rule claimed every device it matches: %d device IDs, over the cap of %d per node (plan.MaxDevicesPerNode)",
+			n.Name, total, plan.MaxDevicesPerNode)})
 	}
 	if capped {
 		return // Plan would repeat the cap in other words

@@ -59,7 +59,7 @@
 //
 // Parse reports every problem at once, each naming the file, line, rule
 // (index and name), field and value: unknown fields, invalid resource names
-// (see ValidateResourceName), malformed NFD expressions, expressions that
+// (see plan.ValidateResourceName), malformed NFD expressions, expressions that
 // cannot compare what featureplug publishes (Gt on a product name), bad
 // sharing settings, and one resource given two sharing settings. Matching on
 // a feature or attribute featureplug never publishes is a warning. Plan

@@ -7,6 +7,7 @@ import (
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // exampleNode has two A100 40GB GPUs: GPU 0 whole, GPU 1 split into three
@@ -28,7 +29,7 @@ func exampleNode() *discovery.Inventory {
 }
 
 // printPlan prints each resource with the indexes of its devices.
-func printPlan(p *rules.Plan) {
+func printPlan(p *plan.Plan) {
 	for _, r := range p.Resources {
 		var idx []string
 		for _, d := range r.Devices {

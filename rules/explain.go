@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // WriteExplanation writes a plan for people: for every device, the resource
@@ -12,7 +14,7 @@ import (
 // did not claim it; then the devices left out because of their rule (see
 // Plan.Problems), and the resources. Rules skipped only because they
 // claim the other kind of device are counted rather than listed.
-func WriteExplanation(w io.Writer, p *Plan) error {
+func WriteExplanation(w io.Writer, p *plan.Plan) error {
 	var b strings.Builder
 	for _, d := range p.Decisions {
 		fmt.Fprintf(&b, "%s  %s\n", d.Description, d.Device)
@@ -25,7 +27,7 @@ func WriteExplanation(w io.Writer, p *Plan) error {
 				sharing = d.Sharing.String()
 			}
 			fmt.Fprintf(&b, "  resource  %s\n  rule      %s\n  sharing   %s\n", d.Resource, d.Rule, sharing)
-		case d.Kind == DeviceGPU && allMIGEnabled(d.Skipped):
+		case d.Kind == plan.DeviceGPU && allMIGEnabled(d.Skipped):
 			b.WriteString("  resource  none: MIG is enabled, so only its MIG devices can be claimed\n")
 		default:
 			b.WriteString("  resource  none: no rule matched\n")
@@ -45,11 +47,11 @@ func WriteExplanation(w io.Writer, p *Plan) error {
 			}
 			fmt.Fprintf(&b, "%s%s: %s\n", label, m.Rule, m.Reason)
 		}
-		migGPU := d.Resource == "" && d.Kind == DeviceGPU && allMIGEnabled(d.Skipped)
+		migGPU := d.Resource == "" && d.Kind == plan.DeviceGPU && allMIGEnabled(d.Skipped)
 		if otherKind > 0 && !migGPU {
-			kind := DeviceMIG
-			if d.Kind == DeviceMIG {
-				kind = DeviceGPU
+			kind := plan.DeviceMIG
+			if d.Kind == plan.DeviceMIG {
+				kind = plan.DeviceGPU
 			}
 			noun := "rules"
 			if otherKind == 1 {
@@ -88,7 +90,7 @@ func WriteExplanation(w io.Writer, p *Plan) error {
 
 // allMIGEnabled reports whether every miss of a GPU is because its MIG mode
 // is enabled or because the rule claims MIG devices.
-func allMIGEnabled(misses []RuleMiss) bool {
+func allMIGEnabled(misses []plan.RuleMiss) bool {
 	found := false
 	for _, m := range misses {
 		switch m.Reason {

@@ -3,6 +3,8 @@ package rules
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
+
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // APIVersion and Kind identify a rules file, so that the format can become a
@@ -25,7 +27,7 @@ type ruleSpec struct {
 	// Name identifies the rule in plans, explanations and errors.
 	Name string `json:"name"`
 	// Devices is "gpu" or "mig": what the rule can claim.
-	Devices DeviceKind `json:"devices"`
+	Devices plan.DeviceKind `json:"devices"`
 	// MatchFeatures and MatchAny are NFD's rule matchers, unchanged.
 	MatchFeatures nfdv1alpha1.FeatureMatcher `json:"matchFeatures,omitempty"`
 	MatchAny      []nfdv1alpha1.MatchAnyElem `json:"matchAny,omitempty"`
@@ -34,21 +36,5 @@ type ruleSpec struct {
 	// Resource is the extended resource name, or a template producing it.
 	Resource string `json:"resource"`
 	// Sharing is how the claimed devices are shared; none when absent.
-	Sharing *sharingSpec `json:"sharing,omitempty"`
-}
-
-// sharingSpec is a rule's sharing as written. Pointers tell "absent" from
-// zero so that "replicas: 0" can be reported.
-type sharingSpec struct {
-	Strategy                   SharingStrategy `json:"strategy,omitempty"`
-	Replicas                   *int            `json:"replicas,omitempty"`
-	FailRequestsGreaterThanOne bool            `json:"failRequestsGreaterThanOne,omitempty"`
-	MPS                        *mpsSpec        `json:"mps,omitempty"`
-}
-
-// mpsSpec holds the MPS limits as written; absent values get defaults per
-// plan (they depend on the devices).
-type mpsSpec struct {
-	PinnedMemoryLimitMiB   *uint64 `json:"pinnedMemoryLimitMiB,omitempty"`
-	ActiveThreadPercentage *int    `json:"activeThreadPercentage,omitempty"`
+	Sharing *plan.SharingSpec `json:"sharing,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // TestReplicasCapAtLoad checks that replicas over MaxReplicas are an error
@@ -16,8 +17,8 @@ func TestReplicasCapAtLoad(t *testing.T) {
 		replicas string
 		want     string // "" for valid
 	}{
-		{"1000000000", `r.yaml:9: rules[0] "shared": sharing.replicas: must be at most 1024 (rules.MaxReplicas) (have 1000000000)`},
-		{"1025", `sharing.replicas: must be at most 1024 (rules.MaxReplicas) (have 1025)`},
+		{"1000000000", `r.yaml:9: rules[0] "shared": sharing.replicas: must be at most 1024 (plan.MaxReplicas) (have 1000000000)`},
+		{"1025", `sharing.replicas: must be at most 1024 (plan.MaxReplicas) (have 1025)`},
 		{"-3", `sharing.replicas: must be at least 1 (have -3)`},
 		{"1024", ""},
 	} {
@@ -51,7 +52,7 @@ func TestPlanProblems(t *testing.T) {
 			!strings.Contains(pr.Message, `r.yaml:6: rules[0] "mig": resource: template gives "nvidia.com/mig-1g.10gb+me" for GPU 1 MIG 0 (1g.10gb+me)`) {
 			t.Errorf("problem = %+v", pr)
 		}
-		var d *Decision
+		var d *plan.Decision
 		for i := range p.Decisions {
 			if p.Decisions[i].Device == pr.Device {
 				d = &p.Decisions[i]
@@ -111,14 +112,14 @@ func TestPlanCaps(t *testing.T) {
 			t.Fatalf("8 x 1024 (at the cap): %v", err)
 		}
 		_, err := rs.Plan(gpus(9), nil)
-		if err == nil || !strings.Contains(err.Error(), `rules[0] "shared": resource example.com/shared: 9 devices x 1024 replicas = 9216 device IDs, over the cap of 8192 per resource (rules.MaxDevicesPerResource)`) {
+		if err == nil || !strings.Contains(err.Error(), `rules[0] "shared": resource example.com/shared: 9 devices x 1024 replicas = 9216 device IDs, over the cap of 8192 per resource (plan.MaxDevicesPerResource)`) {
 			t.Errorf("9 x 1024: %v", err)
 		}
 	})
 	t.Run("per node", func(t *testing.T) {
 		rs := mustParse(t, "- name: shared\n  devices: mig\n  resource: 'example.com/mig-{{ .profile | resourceName }}'\n  sharing: {strategy: time-slicing, replicas: 1024}\n")
 		_, err := rs.Plan(gpus(8, "1g.5gb", "2g.10gb", "3g.20gb"), nil)
-		if err == nil || !strings.Contains(err.Error(), "the plan advertises 24576 device IDs in 3 resources, over the cap of 16384 per node (rules.MaxDevicesPerNode)") {
+		if err == nil || !strings.Contains(err.Error(), "the plan advertises 24576 device IDs in 3 resources, over the cap of 16384 per node (plan.MaxDevicesPerNode)") {
 			t.Errorf("3 x 8 x 1024: %v", err)
 		}
 	})
@@ -126,26 +127,26 @@ func TestPlanCaps(t *testing.T) {
 
 // TestValidatePlan checks the caps on plans made without the planner.
 func TestValidatePlan(t *testing.T) {
-	dev := func(i int) Device {
-		return Device{ID: testGPU(i, "Tesla T4").UUID, Kind: DeviceGPU, GPUUUID: testGPU(i, "Tesla T4").UUID}
+	dev := func(i int) plan.Device {
+		return plan.Device{ID: testGPU(i, "Tesla T4").UUID, Kind: plan.DeviceGPU, GPUUUID: testGPU(i, "Tesla T4").UUID}
 	}
 	for _, tc := range []struct {
 		name string
-		plan *Plan
+		plan *plan.Plan
 		want string
 	}{
 		{"nil", nil, "nil plan"},
-		{"ok", &Plan{Resources: []Resource{{Name: "example.com/a", Sharing: Sharing{Strategy: SharingTimeSlicing, Replicas: 1024}, Devices: []Device{dev(0)}}}}, ""},
-		{"huge replicas", &Plan{Resources: []Resource{{Name: "example.com/a", Sharing: Sharing{Strategy: SharingTimeSlicing, Replicas: 1000000000}, Devices: []Device{dev(0)}}}},
-			"resource example.com/a: sharing.replicas: must be at most 1024 (rules.MaxReplicas) (have 1000000000)"},
-		{"max int replicas", &Plan{Resources: []Resource{{Name: "example.com/a", Sharing: Sharing{Strategy: SharingMPS, Replicas: math.MaxInt}, Devices: []Device{dev(0), dev(1)}}}},
-			"rules.MaxReplicas"},
-		{"negative replicas", &Plan{Resources: []Resource{{Name: "example.com/a", Sharing: Sharing{Strategy: SharingTimeSlicing, Replicas: -1}}}},
+		{"ok", &plan.Plan{Resources: []plan.Resource{{Name: "example.com/a", Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 1024}, Devices: []plan.Device{dev(0)}}}}, ""},
+		{"huge replicas", &plan.Plan{Resources: []plan.Resource{{Name: "example.com/a", Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 1000000000}, Devices: []plan.Device{dev(0)}}}},
+			"resource example.com/a: sharing.replicas: must be at most 1024 (plan.MaxReplicas) (have 1000000000)"},
+		{"max int replicas", &plan.Plan{Resources: []plan.Resource{{Name: "example.com/a", Sharing: plan.Sharing{Strategy: plan.SharingMPS, Replicas: math.MaxInt}, Devices: []plan.Device{dev(0), dev(1)}}}},
+			"plan.MaxReplicas"},
+		{"negative replicas", &plan.Plan{Resources: []plan.Resource{{Name: "example.com/a", Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: -1}}}},
 			"must not be negative"},
-		{"invalid name", &Plan{Resources: []Resource{{Name: "example.com/a b"}}}, "is not an extended resource name"},
+		{"invalid name", &plan.Plan{Resources: []plan.Resource{{Name: "example.com/a b"}}}, "is not an extended resource name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := ValidatePlan(tc.plan)
+			err := plan.ValidatePlan(tc.plan)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("ValidatePlan: %v", err)
@@ -154,8 +155,8 @@ func TestValidatePlan(t *testing.T) {
 			}
 		})
 	}
-	r := Resource{Sharing: Sharing{Strategy: SharingTimeSlicing, Replicas: math.MaxInt}, Devices: make([]Device, 3)}
-	if n := r.AdvertisedDevices(); n <= MaxDevicesPerNode {
+	r := plan.Resource{Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: math.MaxInt}, Devices: make([]plan.Device, 3)}
+	if n := r.AdvertisedDevices(); n <= plan.MaxDevicesPerNode {
 		t.Errorf("AdvertisedDevices with MaxInt replicas = %d, want over every cap", n)
 	}
 }

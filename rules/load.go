@@ -16,10 +16,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // MaxFileSize is the largest rules file Load and Parse accept.
@@ -46,7 +48,7 @@ type rule struct {
 	index    int
 	name     string
 	line     int // line of the rule
-	devices  DeviceKind
+	devices  plan.DeviceKind
 	nfd      nfdv1alpha1.Rule // the matchers, as NFD evaluates them
 	selector labels.Selector  // nil: every node
 	nodeMiss string           // why the rule skips a node its selector rejects
@@ -57,7 +59,7 @@ type rule struct {
 	tmplInputs   []string           // attributes the template reads
 	tmplMemoize  bool               // whether tmplInputs are all it reads
 
-	sharing Sharing // normalized; MPS holds only the values written
+	sharing plan.Sharing // normalized; MPS holds only the values written
 
 	// explain holds the matchers split into single expressions, in a stable
 	// order, to say which one failed.
@@ -214,7 +216,7 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 		// Comparing a broken rule's sharing with the others would only
 		// repeat its errors.
 		if !broken && r.tmpl == nil && r.resource != "" {
-			if first, ok := literal[r.resource]; ok && first.sharing.key() != r.sharing.key() {
+			if first, ok := literal[r.resource]; ok && !first.sharing.Same(r.sharing) {
 				c.ruleError(r, path{"sharing"}, r.sharing.String(),
 					fmt.Sprintf("resource %q is also given by rules[%d] %q with sharing %s; a resource has one sharing",
 						r.resource, first.index, first.name, first.sharing.String()))
@@ -333,7 +335,7 @@ func (c *checker) compile(i int, s *ruleSpec) *rule {
 		c.ruleError(r, path{"name"}, "", "required: rules are named in plans and explanations")
 	}
 	switch s.Devices {
-	case DeviceGPU, DeviceMIG:
+	case plan.DeviceGPU, plan.DeviceMIG:
 	case "":
 		c.ruleError(r, path{"devices"}, "", `required: "gpu" or "mig"`)
 	default:
@@ -375,7 +377,7 @@ func (c *checker) compileResource(r *rule) {
 	case r.resource == "":
 		c.ruleError(r, field, "", "required: the extended resource name, e.g. nvidia.com/gpu")
 	case !isTemplate(r.resource):
-		if err := ValidateResourceName(r.resource); err != nil {
+		if err := plan.ValidateResourceName(r.resource); err != nil {
 			c.ruleError(r, field, "", err.Error())
 		}
 	default:
@@ -384,7 +386,7 @@ func (c *checker) compileResource(r *rule) {
 			c.ruleError(r, field, strconv.Quote(r.resource), "invalid template: "+err.Error())
 			return
 		}
-		if r.devices != DeviceGPU && r.devices != DeviceMIG {
+		if r.devices != plan.DeviceGPU && r.devices != plan.DeviceMIG {
 			r.tmpl = t
 			return
 		}
@@ -396,7 +398,7 @@ func (c *checker) compileResource(r *rule) {
 		}
 		r.tmpl = t
 		r.tmplInputs, r.tmplMemoize = templateInputs(t, attrs)
-		if err := ValidateResourceName(name); err != nil {
+		if err := plan.ValidateResourceName(name); err != nil {
 			c.ruleWarning(r, field, strconv.Quote(r.resource),
 				fmt.Sprintf("on a sample %s device (%s) the template gives an invalid name: %v", r.devices, sampleDescription(c.sample, r.devices), err))
 		}
@@ -404,71 +406,41 @@ func (c *checker) compileResource(r *rule) {
 }
 
 // sampleDescription names the sample device of a kind in warnings.
-func sampleDescription(inv *discovery.Inventory, kind DeviceKind) string {
-	if kind == DeviceMIG {
+func sampleDescription(inv *discovery.Inventory, kind plan.DeviceKind) string {
+	if kind == plan.DeviceMIG {
 		return inv.GPUs[1].Product + " MIG " + inv.GPUs[1].MIGDevices[0].Profile
 	}
 	return inv.GPUs[0].Product
 }
 
-// compileSharing validates the sharing settings and normalizes them.
-func (c *checker) compileSharing(r *rule, s *sharingSpec) {
-	r.sharing = Sharing{Strategy: SharingNone, Replicas: 1}
-	if s == nil {
-		return
-	}
-	strategy := s.Strategy
-	switch strategy {
-	case "":
-		strategy = SharingNone
-	case SharingNone, SharingTimeSlicing:
-	case SharingMPS:
-		if r.devices == DeviceMIG {
-			c.ruleError(r, path{"sharing", "strategy"}, strconv.Quote(string(strategy)),
-				"mps is only for devices: gpu (a MIG device is already a partition)")
+// compileSharing validates the sharing settings and normalizes them, by
+// the strategy table of the plan package.
+func (c *checker) compileSharing(r *rule, s *plan.SharingSpec) {
+	var errs field.ErrorList
+	r.sharing, errs = s.Compile(field.NewPath("sharing"), r.devices)
+	for _, e := range errs {
+		value := ""
+		if e.Type != field.ErrorTypeRequired && e.Type != field.ErrorTypeForbidden {
+			value = fieldValue(e.BadValue)
 		}
-	default:
-		c.ruleError(r, path{"sharing", "strategy"}, strconv.Quote(string(strategy)), `must be "none", "time-slicing" or "mps"`)
+		var p path
+		for _, part := range strings.Split(e.Field, ".") {
+			p = append(p, part)
+		}
+		c.ruleError(r, p, value, e.Detail)
 	}
-	r.sharing.Strategy = strategy
-	r.sharing.FailRequestsGreaterThanOne = s.FailRequestsGreaterThanOne
+}
 
-	switch {
-	case s.Replicas == nil && (strategy == SharingTimeSlicing || strategy == SharingMPS):
-		c.ruleError(r, path{"sharing", "replicas"}, "", fmt.Sprintf("required for strategy %s: how many containers share one device", strategy))
-	case s.Replicas == nil:
-	case *s.Replicas < 1:
-		c.ruleError(r, path{"sharing", "replicas"}, strconv.Itoa(*s.Replicas), "must be at least 1")
-	case checkReplicas(*s.Replicas) != nil:
-		c.ruleError(r, path{"sharing", "replicas"}, strconv.Itoa(*s.Replicas), checkReplicas(*s.Replicas).Error())
-	case strategy == SharingNone && *s.Replicas > 1:
-		c.ruleError(r, path{"sharing", "replicas"}, strconv.Itoa(*s.Replicas),
-			"strategy none shares nothing: set strategy time-slicing or mps, or replicas 1")
+// fieldValue formats a field error's value as rules errors show values:
+// strings quoted, numbers as written.
+func fieldValue(v any) string {
+	switch v := v.(type) {
+	case string:
+		return strconv.Quote(v)
+	case plan.SharingStrategy:
+		return strconv.Quote(string(v))
 	default:
-		r.sharing.Replicas = *s.Replicas
-	}
-
-	if s.MPS != nil && strategy != SharingMPS {
-		c.ruleError(r, path{"sharing", "mps"}, "", fmt.Sprintf("only for strategy mps (have strategy %s)", strategy))
-	}
-	if strategy != SharingMPS {
-		return
-	}
-	r.sharing.MPS = &MPSLimits{}
-	if s.MPS == nil {
-		return
-	}
-	if p := s.MPS.PinnedMemoryLimitMiB; p != nil {
-		if *p < 1 {
-			c.ruleError(r, path{"sharing", "mps", "pinnedMemoryLimitMiB"}, strconv.FormatUint(*p, 10), "must be at least 1")
-		}
-		r.sharing.MPS.PinnedMemoryLimitMiB = *p
-	}
-	if a := s.MPS.ActiveThreadPercentage; a != nil {
-		if *a < 1 || *a > 100 {
-			c.ruleError(r, path{"sharing", "mps", "activeThreadPercentage"}, strconv.Itoa(*a), "must be between 1 and 100")
-		}
-		r.sharing.MPS.ActiveThreadPercentage = *a
+		return fmt.Sprint(v)
 	}
 }
 

@@ -234,48 +234,6 @@ func TestParseWarnings(t *testing.T) {
 	}
 }
 
-func TestSourceKeepsLastGoodRules(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "rules.yaml")
-	write := func(s string) {
-		t.Helper()
-		if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(header + "- name: first\n  devices: gpu\n  resource: a.com/b\n")
-	src, err := NewSource(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := src.Current()
-
-	write(header + "- name: second\n  devices: gpu\n  resource: a.com/b\n")
-	rs, err := src.Reload()
-	if err != nil || rs.RuleNames()[0] != "second" || src.Current() != rs {
-		t.Fatalf("Reload of a valid file = %v, %v; want the new rules", rs.RuleNames(), err)
-	}
-
-	write(header + "- name: third\n  devices: gpu\n  resource: gpu\n")
-	rs, err = src.Reload()
-	if err == nil || !strings.Contains(err.Error(), "rules.yaml:6") {
-		t.Errorf("Reload of a bad file: error %v, want one naming rules.yaml:6", err)
-	}
-	if rs == nil || rs.RuleNames()[0] != "second" || src.Current() != rs {
-		t.Errorf("Reload of a bad file returned %v, want the last good rules", rs)
-	}
-	if first == rs {
-		t.Errorf("the first rules are still current")
-	}
-
-	if _, err := NewSource(filepath.Join(t.TempDir(), "none.yaml")); err == nil {
-		t.Errorf("NewSource of a missing file succeeded")
-	}
-	def, err := NewSource("")
-	if err != nil || def.Current().Source() != "builtin:none" {
-		t.Errorf("NewSource(\"\") = %v, %v; want the default rules", def, err)
-	}
-}
-
 func TestFixtures(t *testing.T) {
 	rs, err := Load(filepath.Join("testdata", "pools.yaml"))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // mustParse parses rules written after the file header.
@@ -22,7 +23,7 @@ func mustParse(t *testing.T, rules string) *RuleSet {
 }
 
 // mustPlan plans and fails the test on error.
-func mustPlan(t *testing.T, rs *RuleSet, inv *discovery.Inventory, nodeLabels map[string]string) *Plan {
+func mustPlan(t *testing.T, rs *RuleSet, inv *discovery.Inventory, nodeLabels map[string]string) *plan.Plan {
 	t.Helper()
 	p, err := rs.Plan(inv, nodeLabels)
 	if err != nil {
@@ -32,7 +33,7 @@ func mustPlan(t *testing.T, rs *RuleSet, inv *discovery.Inventory, nodeLabels ma
 }
 
 // claims maps each advertised device's index ("3" or "3:1") to its resource.
-func claims(p *Plan) map[string]string {
+func claims(p *plan.Plan) map[string]string {
 	out := make(map[string]string)
 	for _, r := range p.Resources {
 		for _, d := range r.Devices {
@@ -43,7 +44,7 @@ func claims(p *Plan) map[string]string {
 }
 
 // claimedIndexes returns the sorted indexes of the advertised devices.
-func claimedIndexes(p *Plan) []string {
+func claimedIndexes(p *plan.Plan) []string {
 	return slices.Sorted(maps.Keys(claims(p)))
 }
 
@@ -160,28 +161,28 @@ func TestFirstMatchAndExplanations(t *testing.T) {
 `)
 	p := mustPlan(t, rs, a100Node(), nil)
 	wantMIGOff := "devices: gpu claims only GPUs with MIG disabled (MIG is enabled)"
-	want := []Decision{
-		{Device: "GPU-00000000-0000-0000-0000-000000000000", Kind: DeviceGPU, Description: "GPU 0 NVIDIA A100-SXM4-40GB",
-			Resource: "example.com/gpu", Rule: "any-gpu", Skipped: []RuleMiss{
-				{"h100", `nvidia.gpu.product: InRegexp [H100] did not match "NVIDIA A100-SXM4-40GB"`},
-				{"big", `nvidia.gpu.memory: Gt 50000 did not match "40960"`},
-				{"small-mig", "devices: mig (device is a gpu)"},
+	want := []plan.Decision{
+		{Device: "GPU-00000000-0000-0000-0000-000000000000", Kind: plan.DeviceGPU, Description: "GPU 0 NVIDIA A100-SXM4-40GB",
+			Resource: "example.com/gpu", Rule: "any-gpu", Skipped: []plan.RuleMiss{
+				{Rule: "h100", Reason: `nvidia.gpu.product: InRegexp [H100] did not match "NVIDIA A100-SXM4-40GB"`},
+				{Rule: "big", Reason: `nvidia.gpu.memory: Gt 50000 did not match "40960"`},
+				{Rule: "small-mig", Reason: "devices: mig (device is a gpu)"},
 			}},
-		{Device: "GPU-00000001-0000-0000-0000-000000000000", Kind: DeviceGPU, Description: "GPU 1 NVIDIA A100-SXM4-40GB",
-			Skipped: []RuleMiss{{"h100", wantMIGOff}, {"big", wantMIGOff}, {"small-mig", "devices: mig (device is a gpu)"}, {"any-gpu", wantMIGOff}, {"never", wantMIGOff}}},
-		{Device: "MIG-00000001-0000-0000-0000-000000000000", Kind: DeviceMIG, Description: "GPU 1 MIG 0 (3g.20gb)",
-			Skipped: []RuleMiss{
-				{"h100", "devices: gpu (device is a mig device)"},
-				{"big", "devices: gpu (device is a mig device)"},
-				{"small-mig", `matchAny: no element matched: nvidia.mig.profile: In [1g.5gb] did not match "3g.20gb"; nvidia.driver.major: Gt 900 did not match "570"`},
-				{"any-gpu", "devices: gpu (device is a mig device)"},
-				{"never", "devices: gpu (device is a mig device)"},
+		{Device: "GPU-00000001-0000-0000-0000-000000000000", Kind: plan.DeviceGPU, Description: "GPU 1 NVIDIA A100-SXM4-40GB",
+			Skipped: []plan.RuleMiss{{Rule: "h100", Reason: wantMIGOff}, {Rule: "big", Reason: wantMIGOff}, {Rule: "small-mig", Reason: "devices: mig (device is a gpu)"}, {Rule: "any-gpu", Reason: wantMIGOff}, {Rule: "never", Reason: wantMIGOff}}},
+		{Device: "MIG-00000001-0000-0000-0000-000000000000", Kind: plan.DeviceMIG, Description: "GPU 1 MIG 0 (3g.20gb)",
+			Skipped: []plan.RuleMiss{
+				{Rule: "h100", Reason: "devices: gpu (device is a mig device)"},
+				{Rule: "big", Reason: "devices: gpu (device is a mig device)"},
+				{Rule: "small-mig", Reason: `matchAny: no element matched: nvidia.mig.profile: In [1g.5gb] did not match "3g.20gb"; nvidia.driver.major: Gt 900 did not match "570"`},
+				{Rule: "any-gpu", Reason: "devices: gpu (device is a mig device)"},
+				{Rule: "never", Reason: "devices: gpu (device is a mig device)"},
 			}},
-		{Device: "MIG-00000001-0001-0000-0000-000000000000", Kind: DeviceMIG, Description: "GPU 1 MIG 1 (2g.10gb)"},
-		{Device: "MIG-00000001-0002-0000-0000-000000000000", Kind: DeviceMIG, Description: "GPU 1 MIG 2 (1g.5gb)",
-			Resource: "example.com/small", Rule: "small-mig", Skipped: []RuleMiss{
-				{"h100", "devices: gpu (device is a mig device)"},
-				{"big", "devices: gpu (device is a mig device)"},
+		{Device: "MIG-00000001-0001-0000-0000-000000000000", Kind: plan.DeviceMIG, Description: "GPU 1 MIG 1 (2g.10gb)"},
+		{Device: "MIG-00000001-0002-0000-0000-000000000000", Kind: plan.DeviceMIG, Description: "GPU 1 MIG 2 (1g.5gb)",
+			Resource: "example.com/small", Rule: "small-mig", Skipped: []plan.RuleMiss{
+				{Rule: "h100", Reason: "devices: gpu (device is a mig device)"},
+				{Rule: "big", Reason: "devices: gpu (device is a mig device)"},
 			}},
 	}
 	if len(p.Decisions) != len(want) {
@@ -288,22 +289,22 @@ func TestNodeSelector(t *testing.T) {
 func TestTemplates(t *testing.T) {
 	tests := []struct {
 		name     string
-		devices  DeviceKind
+		devices  plan.DeviceKind
 		resource string
 		want     map[string]string // device index -> resource
 	}{
-		{"resourceName", DeviceGPU, `example.com/{{ .product | resourceName }}`, map[string]string{"0": "example.com/nvidia-h100-80gb-hbm3", "3": "example.com/tesla-t4"}},
-		{"trimPrefix and lower", DeviceGPU, `example.com/{{ .product | trimPrefix "NVIDIA " | lower | replace " " "-" }}`, map[string]string{"0": "example.com/h100-80gb-hbm3", "3": "example.com/tesla-t4"}},
-		{"dotted names", DeviceGPU, `example.com/{{ .family }}-sm{{ .compute_major }}{{ index . "compute.minor" }}`, map[string]string{"0": "example.com/hopper-sm90", "3": "example.com/turing-sm75"}},
-		{"upper", DeviceGPU, `example.com/{{ .family | upper }}`, map[string]string{"0": "example.com/HOPPER", "3": "example.com/TURING"}},
-		{"trimSuffix", DeviceGPU, `example.com/{{ .product | trimSuffix " HBM3" | resourceName }}`, map[string]string{"0": "example.com/nvidia-h100-80gb", "3": "example.com/tesla-t4"}},
-		{"conditions", DeviceGPU, `example.com/{{ if eq .mig_capable "true" }}mig-capable{{ else }}whole{{ end }}`, map[string]string{"0": "example.com/mig-capable", "3": "example.com/whole"}},
-		{"with", DeviceGPU, `example.com/{{ with .family }}{{ . }}{{ end }}-{{ $.memory }}mib`, map[string]string{"0": "example.com/hopper-81559mib", "3": "example.com/turing-15360mib"}},
-		{"mig profile", DeviceMIG, `nvidia.com/mig-{{ .profile | replace "+" "." }}`, map[string]string{"1:0": "nvidia.com/mig-1g.10gb.me", "1:1": "nvidia.com/mig-2g.20gb"}},
-		{"mig parent", DeviceMIG, `example.com/{{ .parent_product | trimPrefix "NVIDIA " | resourceName }}-{{ .profile | resourceName }}`, map[string]string{"1:0": "example.com/a100-sxm4-80gb-1g.10gb-me", "1:1": "example.com/a100-sxm4-80gb-2g.20gb"}},
+		{"resourceName", plan.DeviceGPU, `example.com/{{ .product | resourceName }}`, map[string]string{"0": "example.com/nvidia-h100-80gb-hbm3", "3": "example.com/tesla-t4"}},
+		{"trimPrefix and lower", plan.DeviceGPU, `example.com/{{ .product | trimPrefix "NVIDIA " | lower | replace " " "-" }}`, map[string]string{"0": "example.com/h100-80gb-hbm3", "3": "example.com/tesla-t4"}},
+		{"dotted names", plan.DeviceGPU, `example.com/{{ .family }}-sm{{ .compute_major }}{{ index . "compute.minor" }}`, map[string]string{"0": "example.com/hopper-sm90", "3": "example.com/turing-sm75"}},
+		{"upper", plan.DeviceGPU, `example.com/{{ .family | upper }}`, map[string]string{"0": "example.com/HOPPER", "3": "example.com/TURING"}},
+		{"trimSuffix", plan.DeviceGPU, `example.com/{{ .product | trimSuffix " HBM3" | resourceName }}`, map[string]string{"0": "example.com/nvidia-h100-80gb", "3": "example.com/tesla-t4"}},
+		{"conditions", plan.DeviceGPU, `example.com/{{ if eq .mig_capable "true" }}mig-capable{{ else }}whole{{ end }}`, map[string]string{"0": "example.com/mig-capable", "3": "example.com/whole"}},
+		{"with", plan.DeviceGPU, `example.com/{{ with .family }}{{ . }}{{ end }}-{{ $.memory }}mib`, map[string]string{"0": "example.com/hopper-81559mib", "3": "example.com/turing-15360mib"}},
+		{"mig profile", plan.DeviceMIG, `nvidia.com/mig-{{ .profile | replace "+" "." }}`, map[string]string{"1:0": "nvidia.com/mig-1g.10gb.me", "1:1": "nvidia.com/mig-2g.20gb"}},
+		{"mig parent", plan.DeviceMIG, `example.com/{{ .parent_product | trimPrefix "NVIDIA " | resourceName }}-{{ .profile | resourceName }}`, map[string]string{"1:0": "example.com/a100-sxm4-80gb-1g.10gb-me", "1:1": "example.com/a100-sxm4-80gb-2g.20gb"}},
 	}
-	inv := func(kind DeviceKind) *discovery.Inventory {
-		if kind == DeviceMIG {
+	inv := func(kind plan.DeviceKind) *discovery.Inventory {
+		if kind == plan.DeviceMIG {
 			return testInventory(testGPU(0, "Tesla T4"), withMIG(testGPU(1, "NVIDIA A100-SXM4-80GB"), "1g.10gb+me", "2g.20gb"))
 		}
 		return testInventory(testGPU(0, "NVIDIA H100 80GB HBM3"), testGPU(3, "Tesla T4"))
@@ -381,7 +382,7 @@ func TestPlanErrors(t *testing.T) {
 // rule that mps is only for devices: gpu.
 func TestPlanRefusesMPSOnMIG(t *testing.T) {
 	rs := mustParse(t, "- name: mps\n  devices: gpu\n  resource: example.com/mps\n  sharing: {strategy: mps, replicas: 2}\n")
-	rs.rules[0].devices = DeviceMIG // what the loader refuses
+	rs.rules[0].devices = plan.DeviceMIG // what the loader refuses
 	_, err := rs.Plan(a100Node(), nil)
 	if err == nil || !strings.Contains(err.Error(), `rules[0] "mps": sharing.strategy: mps cannot share GPU 1 MIG 0 (3g.20gb): MIG is enabled on its GPU`) {
 		t.Errorf("Plan error = %v", err)
@@ -392,15 +393,15 @@ func TestSharing(t *testing.T) {
 	tests := []struct {
 		name    string
 		sharing string
-		want    Sharing
+		want    plan.Sharing
 	}{
-		{"none", "", Sharing{Strategy: SharingNone, Replicas: 1}},
-		{"explicit none", "{strategy: none, replicas: 1}", Sharing{Strategy: SharingNone, Replicas: 1}},
-		{"time-slicing", "{strategy: time-slicing, replicas: 4, failRequestsGreaterThanOne: true}", Sharing{Strategy: SharingTimeSlicing, Replicas: 4, FailRequestsGreaterThanOne: true}},
-		{"mps defaults", "{strategy: mps, replicas: 4}", Sharing{Strategy: SharingMPS, Replicas: 4, MPS: &MPSLimits{PinnedMemoryLimitMiB: 40960 / 4, ActiveThreadPercentage: 25}}},
-		{"mps defaults round down", "{strategy: mps, replicas: 3}", Sharing{Strategy: SharingMPS, Replicas: 3, MPS: &MPSLimits{PinnedMemoryLimitMiB: 40960 / 3, ActiveThreadPercentage: 33}}},
-		{"mps set", "{strategy: mps, replicas: 2, mps: {pinnedMemoryLimitMiB: 8000, activeThreadPercentage: 40}}", Sharing{Strategy: SharingMPS, Replicas: 2, MPS: &MPSLimits{PinnedMemoryLimitMiB: 8000, ActiveThreadPercentage: 40}}},
-		{"mps half set", "{strategy: mps, replicas: 2, mps: {activeThreadPercentage: 40}}", Sharing{Strategy: SharingMPS, Replicas: 2, MPS: &MPSLimits{PinnedMemoryLimitMiB: 20480, ActiveThreadPercentage: 40}}},
+		{"none", "", plan.Sharing{Strategy: plan.SharingNone, Replicas: 1}},
+		{"explicit none", "{strategy: none, replicas: 1}", plan.Sharing{Strategy: plan.SharingNone, Replicas: 1}},
+		{"time-slicing", "{strategy: time-slicing, replicas: 4, failRequestsGreaterThanOne: true}", plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 4, FailRequestsGreaterThanOne: true}},
+		{"mps defaults", "{strategy: mps, replicas: 4}", plan.Sharing{Strategy: plan.SharingMPS, Replicas: 4, MPS: &plan.MPSLimits{PinnedMemoryLimitMiB: 40960 / 4, ActiveThreadPercentage: 25}}},
+		{"mps defaults round down", "{strategy: mps, replicas: 3}", plan.Sharing{Strategy: plan.SharingMPS, Replicas: 3, MPS: &plan.MPSLimits{PinnedMemoryLimitMiB: 40960 / 3, ActiveThreadPercentage: 33}}},
+		{"mps set", "{strategy: mps, replicas: 2, mps: {pinnedMemoryLimitMiB: 8000, activeThreadPercentage: 40}}", plan.Sharing{Strategy: plan.SharingMPS, Replicas: 2, MPS: &plan.MPSLimits{PinnedMemoryLimitMiB: 8000, ActiveThreadPercentage: 40}}},
+		{"mps half set", "{strategy: mps, replicas: 2, mps: {activeThreadPercentage: 40}}", plan.Sharing{Strategy: plan.SharingMPS, Replicas: 2, MPS: &plan.MPSLimits{PinnedMemoryLimitMiB: 20480, ActiveThreadPercentage: 40}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -413,10 +414,10 @@ func TestSharing(t *testing.T) {
 			if !ok {
 				t.Fatalf("no resource in %+v", p.Resources)
 			}
-			if r.Sharing.key() != tt.want.key() || (r.Sharing.MPS == nil) != (tt.want.MPS == nil) || r.Sharing.Strategy != tt.want.Strategy || r.Sharing.Replicas != tt.want.Replicas {
+			if !r.Sharing.Same(tt.want) || (r.Sharing.MPS == nil) != (tt.want.MPS == nil) || r.Sharing.Strategy != tt.want.Strategy || r.Sharing.Replicas != tt.want.Replicas {
 				t.Errorf("sharing = %s, want %s", r.Sharing, tt.want)
 			}
-			if d := p.Decisions[0]; d.Sharing == nil || d.Sharing.key() != tt.want.key() {
+			if d := p.Decisions[0]; d.Sharing == nil || !d.Sharing.Same(tt.want) {
 				t.Errorf("decision sharing = %v, want %s", d.Sharing, tt.want)
 			}
 		})
@@ -455,10 +456,10 @@ func TestPlanShape(t *testing.T) {
 		t.Errorf("resources %v, want %v", names, want)
 	}
 	small, _ := p.Resource("nvidia.com/mig-1g.10gb")
-	want := []Device{
-		{ID: "MIG-00000000-0001-0000-0000-000000000000", Kind: DeviceMIG, GPUUUID: "GPU-00000000-0000-0000-0000-000000000000", GPUIndex: 0, Index: "0:1", NUMANode: 0, Profile: "1g.10gb", MemoryMiB: 10240 - 256, Rule: "mig"},
-		{ID: "MIG-00000004-0000-0000-0000-000000000000", Kind: DeviceMIG, GPUUUID: "GPU-00000004-0000-0000-0000-000000000000", GPUIndex: 4, Index: "4:0", NUMANode: discovery.NoNUMANode, Profile: "1g.10gb", MemoryMiB: 10240 - 256, Rule: "mig"},
-		{ID: "MIG-00000004-0001-0000-0000-000000000000", Kind: DeviceMIG, GPUUUID: "GPU-00000004-0000-0000-0000-000000000000", GPUIndex: 4, Index: "4:1", NUMANode: discovery.NoNUMANode, Profile: "1g.10gb", MemoryMiB: 10240 - 256, Rule: "mig"},
+	want := []plan.Device{
+		{ID: "MIG-00000000-0001-0000-0000-000000000000", Kind: plan.DeviceMIG, GPUUUID: "GPU-00000000-0000-0000-0000-000000000000", GPUIndex: 0, Index: "0:1", NUMANode: 0, Profile: "1g.10gb", MemoryMiB: 10240 - 256, Rule: "mig"},
+		{ID: "MIG-00000004-0000-0000-0000-000000000000", Kind: plan.DeviceMIG, GPUUUID: "GPU-00000004-0000-0000-0000-000000000000", GPUIndex: 4, Index: "4:0", NUMANode: discovery.NoNUMANode, Profile: "1g.10gb", MemoryMiB: 10240 - 256, Rule: "mig"},
+		{ID: "MIG-00000004-0001-0000-0000-000000000000", Kind: plan.DeviceMIG, GPUUUID: "GPU-00000004-0000-0000-0000-000000000000", GPUIndex: 4, Index: "4:1", NUMANode: discovery.NoNUMANode, Profile: "1g.10gb", MemoryMiB: 10240 - 256, Rule: "mig"},
 	}
 	if !slices.Equal(small.Devices, want) {
 		t.Errorf("devices of %s:\n got %+v\nwant %+v", small.Name, small.Devices, want)
@@ -467,7 +468,7 @@ func TestPlanShape(t *testing.T) {
 	if got := []string{gpus.Devices[0].Index, gpus.Devices[1].Index}; !slices.Equal(got, []string{"1", "2"}) {
 		t.Errorf("nvidia.com/gpu devices %v, want GPUs 1 and 2 in index order", got)
 	}
-	if gpus.Devices[0].MemoryMiB != 40960 || gpus.Devices[1].Kind != DeviceGPU || gpus.Devices[1].ID != gpus.Devices[1].GPUUUID {
+	if gpus.Devices[0].MemoryMiB != 40960 || gpus.Devices[1].Kind != plan.DeviceGPU || gpus.Devices[1].ID != gpus.Devices[1].GPUUUID {
 		t.Errorf("nvidia.com/gpu devices %+v", gpus.Devices)
 	}
 
@@ -494,13 +495,13 @@ func TestPlanShape(t *testing.T) {
 
 func TestSharingString(t *testing.T) {
 	for _, tt := range []struct {
-		s    Sharing
+		s    plan.Sharing
 		want string
 	}{
-		{Sharing{}, "none"},
-		{Sharing{Strategy: SharingNone, Replicas: 1}, "none"},
-		{Sharing{Strategy: SharingTimeSlicing, Replicas: 4, FailRequestsGreaterThanOne: true}, "time-slicing x4 (failRequestsGreaterThanOne)"},
-		{Sharing{Strategy: SharingMPS, Replicas: 2, MPS: &MPSLimits{PinnedMemoryLimitMiB: 20480, ActiveThreadPercentage: 50}}, "mps x2 (20480 MiB, 50% threads)"},
+		{plan.Sharing{}, "none"},
+		{plan.Sharing{Strategy: plan.SharingNone, Replicas: 1}, "none"},
+		{plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 4, FailRequestsGreaterThanOne: true}, "time-slicing x4 (failRequestsGreaterThanOne)"},
+		{plan.Sharing{Strategy: plan.SharingMPS, Replicas: 2, MPS: &plan.MPSLimits{PinnedMemoryLimitMiB: 20480, ActiveThreadPercentage: 50}}, "mps x2 (20480 MiB, 50% threads)"},
 	} {
 		if got := tt.s.String(); got != tt.want {
 			t.Errorf("%#v.String() = %q, want %q", tt.s, got, tt.want)
@@ -526,7 +527,7 @@ func TestValidateResourceName(t *testing.T) {
 		"nvidia.com/" + strings.Repeat("a", 63): true,
 		"nvidia.com/" + strings.Repeat("a", 64): false,
 	} {
-		if err := ValidateResourceName(name); (err == nil) != ok {
+		if err := plan.ValidateResourceName(name); (err == nil) != ok {
 			t.Errorf("ValidateResourceName(%q) = %v, want ok %v", name, err, ok)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/node-feature-discovery/pkg/apis/nfd/nodefeaturerule"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Reasons a rule skips a device because of its kind.
@@ -23,7 +24,7 @@ const (
 
 // target is one device being decided, with the features its rules see.
 type target struct {
-	kind     DeviceKind
+	kind     plan.DeviceKind
 	gpu      *discovery.GPU
 	mig      *discovery.MIGDevice // nil for a whole GPU
 	attrs    map[string]string    // the device's own attributes
@@ -47,7 +48,7 @@ type target struct {
 // both claimed, or when the plan would advertise more device IDs than the
 // caps allow (MaxDevicesPerResource, MaxDevicesPerNode); callers then keep
 // their last good plan.
-func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) (*Plan, error) {
+func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) (*plan.Plan, error) {
 	nodeMiss := make([]string, len(rs.rules))
 	node := labels.Set(nodeLabels)
 	for i, r := range rs.rules {
@@ -57,8 +58,8 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 	}
 
 	pl := newPlanner(rs, nodeMiss)
-	plan := &Plan{
-		Decisions: make([]Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()),
+	plan := &plan.Plan{
+		Decisions: make([]plan.Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()),
 		Links:     cloneLinks(inv.Links),
 	}
 	visitTargets(inv, func(t *target) {
@@ -118,7 +119,7 @@ func visitTargets(inv *discovery.Inventory, visit func(*target)) {
 			Attributes: feats.Attributes,
 			Instances:  map[string]nfdv1alpha1.InstanceFeatureSet{discovery.FeatureGPU: gpuSet},
 		}
-		*t = target{kind: DeviceGPU, gpu: g, attrs: gpuAttrs, features: f}
+		*t = target{kind: plan.DeviceGPU, gpu: g, attrs: gpuAttrs, features: f}
 		visit(t)
 		for mi := range g.MIGDevices {
 			d := &g.MIGDevices[mi]
@@ -132,7 +133,7 @@ func visitTargets(inv *discovery.Inventory, visit func(*target)) {
 					discovery.FeatureMIG: {Elements: []nfdv1alpha1.InstanceFeature{{Attributes: migAttrs}}},
 				},
 			}
-			*t = target{kind: DeviceMIG, gpu: g, mig: d, attrs: migAttrs, features: f}
+			*t = target{kind: plan.DeviceMIG, gpu: g, mig: d, attrs: migAttrs, features: f}
 			visit(t)
 		}
 	}
@@ -168,12 +169,12 @@ type planner struct {
 	claims   map[string]*claim // by resource name
 	order    []string          // resource names in first-claim order
 	errs     []error
-	problems []Problem // devices left out, in inventory order
+	problems []plan.Problem // devices left out, in inventory order
 
 	memo    []map[string]verdict  // per rule: verdicts by input values
 	names   []map[string]rendered // per rule: template results by input values
 	sig     []byte                // scratch space for input signatures
-	skipped []RuleMiss            // scratch space for the misses of one decision
+	skipped []plan.RuleMiss       // scratch space for the misses of one decision
 }
 
 // verdict is the outcome of one rule on one set of inputs.
@@ -230,7 +231,7 @@ func (pl *planner) render(r *rule, t *target) rendered {
 		if err != nil {
 			return rendered{err: err}
 		}
-		return rendered{name: name, invalid: ValidateResourceName(name)}
+		return rendered{name: name, invalid: plan.ValidateResourceName(name)}
 	}
 	if !r.tmplMemoize {
 		return run()
@@ -265,7 +266,7 @@ func evaluate(r *rule, f *nfdv1alpha1.Features) verdict {
 // claim is a resource being assembled.
 type claim struct {
 	rule    *rule // the first rule that gave the resource
-	sharing Sharing
+	sharing plan.Sharing
 	devices []claimed
 	minMem  uint64 // smallest device memory, for MPS defaults
 }
@@ -273,14 +274,14 @@ type claim struct {
 // claimed is a device given to a resource, with what sorting and checking
 // need.
 type claimed struct {
-	Device
+	plan.Device
 	mig  int // MIG index, -1 for a whole GPU
 	rule *rule
 }
 
 // decide runs the rules on one device.
-func (pl *planner) decide(t *target) Decision {
-	d := Decision{Kind: t.kind, Description: describe(t)}
+func (pl *planner) decide(t *target) plan.Decision {
+	d := plan.Decision{Kind: t.kind, Description: describe(t)}
 	if t.mig != nil {
 		d.Device = t.mig.UUID
 	} else {
@@ -290,30 +291,30 @@ func (pl *planner) decide(t *target) Decision {
 	defer func() { pl.skipped = skipped }()
 	for i, r := range pl.rs.rules {
 		if why := pl.nodeMiss[i]; why != "" {
-			skipped = append(skipped, RuleMiss{Rule: r.name, Reason: why})
+			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: why})
 			continue
 		}
 		if r.devices != t.kind {
 			why := missWantsMIG
-			if t.kind == DeviceMIG {
+			if t.kind == plan.DeviceMIG {
 				why = missWantsGPU
 			}
-			skipped = append(skipped, RuleMiss{Rule: r.name, Reason: why})
+			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: why})
 			continue
 		}
-		if t.kind == DeviceGPU && t.gpu.MIGEnabled {
-			skipped = append(skipped, RuleMiss{Rule: r.name, Reason: missMIGEnabled})
+		if t.kind == plan.DeviceGPU && t.gpu.MIGEnabled {
+			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: missMIGEnabled})
 			continue
 		}
 		if v := pl.evaluate(r, t); !v.match {
-			skipped = append(skipped, RuleMiss{Rule: r.name, Reason: v.why})
+			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: v.why})
 			continue
 		}
 		d.Rule = r.name
 		name, problem := pl.claim(r, t, d.Description)
 		if problem != "" {
 			d.Problem = problem
-			pl.problems = append(pl.problems, Problem{Device: d.Device, Description: d.Description, Rule: r.name, Resource: name, Message: problem})
+			pl.problems = append(pl.problems, plan.Problem{Device: d.Device, Description: d.Description, Rule: r.name, Resource: name, Message: problem})
 			break
 		}
 		d.Resource = name
@@ -350,12 +351,12 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name, problem string)
 			return name, pl.problem(r, fmt.Sprintf("template gives %q for %s (%s): %v", name, desc, t.attrs[discovery.AttrUUID], rendered.invalid))
 		}
 	}
-	// A devices: gpu rule only claims GPUs with MIG disabled, and the mps
-	// strategy is refused at load time for devices: mig, so this holds by
-	// construction; it is checked again because serving MPS on a MIG-enabled
-	// GPU would fail on the node.
-	if r.sharing.Strategy == SharingMPS && (t.mig != nil || t.gpu.MIGEnabled) {
-		pl.fail(r, "sharing.strategy", "mps", fmt.Sprintf("mps cannot share %s: MIG is enabled on its GPU", desc))
+	// A devices: gpu rule only claims GPUs with MIG disabled, and a
+	// WholeGPUOnly strategy (mps) is refused at load time for devices: mig,
+	// so this holds by construction; it is checked again because serving
+	// MPS on a MIG-enabled GPU would fail on the node.
+	if spec, _ := r.sharing.Spec(); spec.WholeGPUOnly && (t.mig != nil || t.gpu.MIGEnabled) {
+		pl.fail(r, "sharing.strategy", string(spec.Name), fmt.Sprintf("%s cannot share %s: MIG is enabled on its GPU", spec.Name, desc))
 		return "", ""
 	}
 	c, ok := pl.claims[name]
@@ -363,13 +364,13 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name, problem string)
 		c = &claim{rule: r, sharing: r.sharing, minMem: t.memory()}
 		pl.claims[name] = c
 		pl.order = append(pl.order, name)
-	} else if c.rule != r && c.sharing.key() != r.sharing.key() {
+	} else if c.rule != r && !c.sharing.Same(r.sharing) {
 		pl.fail(r, "sharing", r.sharing.String(), fmt.Sprintf("resource %q of %s is also given by rules[%d] %q with sharing %s; a resource has one sharing",
 			name, desc, c.rule.index, c.rule.name, c.sharing.String()))
 		return "", ""
 	}
 	c.minMem = min(c.minMem, t.memory())
-	dev := claimed{mig: -1, rule: r, Device: Device{
+	dev := claimed{mig: -1, rule: r, Device: plan.Device{
 		ID:        t.gpu.UUID,
 		Kind:      t.kind,
 		GPUUUID:   t.gpu.UUID,
@@ -400,16 +401,16 @@ func (pl *planner) problem(r *rule, msg string) string {
 // checkCaps checks the assembled resources against MaxDevicesPerResource
 // and MaxDevicesPerNode, with the same code as ValidatePlan, naming the
 // rule that gave each resource.
-func (pl *planner) checkCaps(resources []Resource) error {
+func (pl *planner) checkCaps(resources []plan.Resource) error {
 	var errs []error
 	for i := range resources {
 		r := &resources[i]
-		if err := checkResourceCaps(r); err != nil {
+		if err := plan.CheckResourceCaps(r); err != nil {
 			c := pl.claims[r.Name]
 			errs = append(errs, &Error{Source: pl.rs.source, Line: c.rule.line, Rule: c.rule.index, RuleName: c.rule.name, Msg: err.Error()})
 		}
 	}
-	if err := checkNodeCap(resources); err != nil {
+	if err := plan.CheckNodeCap(resources); err != nil {
 		errs = append(errs, &Error{Source: pl.rs.source, Rule: -1, Msg: err.Error()})
 	}
 	return errors.Join(errs...)
@@ -448,14 +449,14 @@ func (pl *planner) checkParents() {
 					Msg: fmt.Sprintf("device %s is in the inventory twice", d.Index)})
 			}
 			seen[d.ID] = true
-			if d.Kind == DeviceGPU {
+			if d.Kind == plan.DeviceGPU {
 				whole[d.GPUUUID] = d
 			}
 		}
 	}
 	for _, name := range pl.order {
 		for _, d := range pl.claims[name].devices {
-			if d.Kind != DeviceMIG {
+			if d.Kind != plan.DeviceMIG {
 				continue
 			}
 			if g, ok := whole[d.GPUUUID]; ok {
@@ -468,29 +469,19 @@ func (pl *planner) checkParents() {
 
 // resources assembles the claims into resources sorted by name, their
 // devices sorted by GPU index then MIG index, with MPS defaults filled in.
-func (pl *planner) resources() []Resource {
-	out := make([]Resource, 0, len(pl.claims))
+func (pl *planner) resources() []plan.Resource {
+	out := make([]plan.Resource, 0, len(pl.claims))
 	for name, c := range pl.claims {
-		s := c.sharing
-		if s.MPS != nil {
-			mps := *s.MPS
-			if mps.PinnedMemoryLimitMiB == 0 && s.Replicas > 0 {
-				mps.PinnedMemoryLimitMiB = c.minMem / uint64(s.Replicas)
-			}
-			if mps.ActiveThreadPercentage == 0 && s.Replicas > 0 {
-				mps.ActiveThreadPercentage = 100 / s.Replicas
-			}
-			s.MPS = &mps
-		}
+		s := c.sharing.WithDefaults(c.minMem)
 		slices.SortFunc(c.devices, func(a, b claimed) int {
 			return cmp.Or(cmp.Compare(a.GPUIndex, b.GPUIndex), cmp.Compare(a.mig, b.mig))
 		})
-		devs := make([]Device, len(c.devices))
+		devs := make([]plan.Device, len(c.devices))
 		for i := range c.devices {
 			devs[i] = c.devices[i].Device
 		}
-		out = append(out, Resource{Name: name, Sharing: s, Devices: devs})
+		out = append(out, plan.Resource{Name: name, Sharing: s, Devices: devs})
 	}
-	slices.SortFunc(out, func(a, b Resource) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b plan.Resource) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }

@@ -16,7 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Fixed parts of a round.
@@ -205,7 +205,7 @@ type Quiet struct {
 // bench runs rounds against one configuration.
 type bench struct {
 	cfg  Config
-	plan []rules.Resource
+	plan []plan.Resource
 }
 
 // newBench checks cfg and learns the plan the agent will serve.

@@ -8,13 +8,13 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // expectedPlan asks the agent binary what it will serve on the fake node
 // with the rules (`featureplug rules explain -o json`), so the bench knows
 // which resources to wait for without a copy of the rules logic.
-func expectedPlan(ctx context.Context, binary, fakeNode, rulesName string) ([]rules.Resource, error) {
+func expectedPlan(ctx context.Context, binary, fakeNode, rulesName string) ([]plan.Resource, error) {
 	cmd := exec.CommandContext(ctx, binary, "rules", "explain", "--fake-node", fakeNode, "--rules", rulesName, "-o", "json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -26,9 +26,9 @@ func expectedPlan(ctx context.Context, binary, fakeNode, rulesName string) ([]ru
 
 // parsePlan reads the resources of a `rules explain -o json` document;
 // source names it in errors.
-func parsePlan(data []byte, source string) ([]rules.Resource, error) {
+func parsePlan(data []byte, source string) ([]plan.Resource, error) {
 	var doc struct {
-		Resources []rules.Resource `json:"resources"`
+		Resources []plan.Resource `json:"resources"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: decoding the plan: %w", source, err)
@@ -46,16 +46,16 @@ func parsePlan(data []byte, source string) ([]rules.Resource, error) {
 
 // advertised is the number of devices the kubelet sees for r: each device
 // once per sharing replica.
-func advertised(r rules.Resource) int {
+func advertised(r plan.Resource) int {
 	return len(r.Devices) * max(1, r.Sharing.Replicas)
 }
 
 // allocationTarget is the resource the allocation calls go to: the one
 // with the most advertised devices (the first by name on a tie), so that
 // GetPreferredAllocation chooses among as many devices as the node has.
-func allocationTarget(plan []rules.Resource) rules.Resource {
-	best := plan[0]
-	for _, r := range plan[1:] {
+func allocationTarget(resources []plan.Resource) plan.Resource {
+	best := resources[0]
+	for _, r := range resources[1:] {
 		if advertised(r) > advertised(best) {
 			best = r
 		}
@@ -66,10 +66,10 @@ func allocationTarget(plan []rules.Resource) rules.Resource {
 // healthTarget is the resource and the GPU indices whose health events the
 // bench plays: the first resource with whole GPUs (the first resource when
 // there is none), and up to n of its distinct GPUs.
-func healthTarget(plan []rules.Resource, n int) (rules.Resource, []int) {
-	target := plan[0]
-	for _, r := range plan {
-		if r.Devices[0].Kind == rules.DeviceGPU {
+func healthTarget(resources []plan.Resource, n int) (plan.Resource, []int) {
+	target := resources[0]
+	for _, r := range resources {
+		if r.Devices[0].Kind == plan.DeviceGPU {
 			target = r
 			break
 		}

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Report is the JSON document of one bench run.
@@ -138,7 +138,7 @@ func one(v float64) []float64 { return []float64{v} }
 func mb(kib int64) float64 { return float64(kib) * 1024 / 1e6 }
 
 // figureDefs lists the figures of a plan, goals first in each group.
-func figureDefs(plan []rules.Resource, rounds []Round) []figureDef {
+func figureDefs(plan []plan.Resource, rounds []Round) []figureDef {
 	defs := []figureDef{
 		{"exec + package init (featureplug version)", "ms", nil, func(r Round) []float64 { return one(r.Init.VersionMs) }},
 		{"  its CPU time (user + system)", "ms", nil, func(r Round) []float64 { return one(r.Init.VersionCPUMs) }},
@@ -234,7 +234,7 @@ func figureDefs(plan []rules.Resource, rounds []Round) []figureDef {
 }
 
 // figures computes the figures of rounds.
-func figures(plan []rules.Resource, rounds []Round) []Figure {
+func figures(plan []plan.Resource, rounds []Round) []Figure {
 	var out []Figure
 	for _, d := range figureDefs(plan, rounds) {
 		var vals []float64
@@ -266,7 +266,7 @@ func figures(plan []rules.Resource, rounds []Round) []Figure {
 }
 
 // newReport assembles the report of a run.
-func newReport(cfg Config, machine Machine, plan []rules.Resource, rounds []Round) Report {
+func newReport(cfg Config, machine Machine, plan []plan.Resource, rounds []Round) Report {
 	res := map[string]int{}
 	for _, r := range plan {
 		res[r.Name] = advertised(r)

@@ -5,38 +5,38 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
-func testPlan() []rules.Resource {
-	gpu := func(i int) rules.Device {
-		return rules.Device{ID: "GPU-" + string(rune('a'+i)), Kind: rules.DeviceGPU, GPUIndex: i}
+func testPlan() []plan.Resource {
+	gpu := func(i int) plan.Device {
+		return plan.Device{ID: "GPU-" + string(rune('a'+i)), Kind: plan.DeviceGPU, GPUIndex: i}
 	}
-	mig := func(gpu, n int) rules.Device {
-		return rules.Device{ID: "MIG-" + string(rune('a'+gpu)) + string(rune('0'+n)), Kind: rules.DeviceMIG, GPUIndex: gpu}
+	mig := func(gpu, n int) plan.Device {
+		return plan.Device{ID: "MIG-" + string(rune('a'+gpu)) + string(rune('0'+n)), Kind: plan.DeviceMIG, GPUIndex: gpu}
 	}
-	return []rules.Resource{
-		{Name: "nvidia.com/gpu", Devices: []rules.Device{gpu(4), gpu(5), gpu(6), gpu(7)}},
-		{Name: "nvidia.com/mig-1g.5gb", Devices: []rules.Device{mig(0, 0), mig(0, 1), mig(1, 0)}},
-		{Name: "nvidia.com/mig-2g.10gb", Devices: []rules.Device{mig(0, 2), mig(1, 1), mig(1, 2), mig(2, 0), mig(2, 1)}},
+	return []plan.Resource{
+		{Name: "nvidia.com/gpu", Devices: []plan.Device{gpu(4), gpu(5), gpu(6), gpu(7)}},
+		{Name: "nvidia.com/mig-1g.5gb", Devices: []plan.Device{mig(0, 0), mig(0, 1), mig(1, 0)}},
+		{Name: "nvidia.com/mig-2g.10gb", Devices: []plan.Device{mig(0, 2), mig(1, 1), mig(1, 2), mig(2, 0), mig(2, 1)}},
 	}
 }
 
 func TestTargets(t *testing.T) {
-	plan := testPlan()
-	if got := allocationTarget(plan).Name; got != "nvidia.com/mig-2g.10gb" {
+	resources := testPlan()
+	if got := allocationTarget(resources).Name; got != "nvidia.com/mig-2g.10gb" {
 		t.Errorf("allocationTarget = %s, want the resource with the most devices", got)
 	}
 	shared := testPlan()
-	shared[0].Sharing = rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 4}
+	shared[0].Sharing = plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 4}
 	if got := allocationTarget(shared).Name; got != "nvidia.com/gpu" {
 		t.Errorf("allocationTarget with 4 replicas = %s, want nvidia.com/gpu (16 advertised devices)", got)
 	}
-	res, gpus := healthTarget(plan, 3)
+	res, gpus := healthTarget(resources, 3)
 	if res.Name != "nvidia.com/gpu" || len(gpus) != 3 || gpus[0] != 4 || gpus[2] != 6 {
 		t.Errorf("healthTarget = %s %v, want nvidia.com/gpu [4 5 6]", res.Name, gpus)
 	}
-	res, gpus = healthTarget(plan[1:], 3)
+	res, gpus = healthTarget(resources[1:], 3)
 	if res.Name != "nvidia.com/mig-1g.5gb" || len(gpus) != 2 || gpus[0] != 0 || gpus[1] != 1 {
 		t.Errorf("healthTarget without whole GPUs = %s %v, want nvidia.com/mig-1g.5gb [0 1]", res.Name, gpus)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/featureplug/featureplug/plugin"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/catalog"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // The check/run invariant: whatever `featureplug rules check` accepts, the
@@ -122,27 +123,27 @@ func checkInvariant(t *testing.T, file string) bool {
 			continue
 		}
 		for _, labels := range []map[string]string{nil, {"pool": "p0"}, {"pool": "p1"}} {
-			plan, err := rs.Plan(n.Inventory, labels)
+			p, err := rs.Plan(n.Inventory, labels)
 			if err != nil {
 				// Refused (the last good plan keeps serving): allowed, as
 				// long as it is not a crash.
 				continue
 			}
-			if err := rules.ValidatePlan(plan); err != nil {
+			if err := plan.ValidatePlan(p); err != nil {
 				t.Fatalf("on %s with labels %v, the planner made a plan ValidatePlan refuses: %v\n%s", n.Name, labels, err, file)
 			}
 			total := 0
-			for i := range plan.Resources {
-				total += plan.Resources[i].AdvertisedDevices()
+			for i := range p.Resources {
+				total += p.Resources[i].AdvertisedDevices()
 			}
-			if total > rules.MaxDevicesPerNode {
-				t.Fatalf("on %s: %d device IDs, over the cap of %d\n%s", n.Name, total, rules.MaxDevicesPerNode, file)
+			if total > plan.MaxDevicesPerNode {
+				t.Fatalf("on %s: %d device IDs, over the cap of %d\n%s", n.Name, total, plan.MaxDevicesPerNode, file)
 			}
 			m, err := plugin.NewManager(plugin.Options{KubeletDir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := m.Apply(plan); err != nil {
+			if err := m.Apply(p); err != nil {
 				t.Fatalf("on %s with labels %v, the plugin manager refuses a plan of accepted rules: %v\n%s", n.Name, labels, err, file)
 			}
 		}

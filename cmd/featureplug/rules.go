@@ -15,6 +15,7 @@ import (
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/catalog"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // explainOutput is what `featureplug rules explain -o yaml|json` prints.
@@ -23,16 +24,16 @@ type explainOutput struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Unavailable says, per resource, why the agent would hold it back.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
-	*rules.Plan
+	*plan.Plan
 }
 
 // unavailableResources names the resources of plan the agent would not
 // advertise on this machine, and why: MPS resources need the MPS control
-// program.
-func unavailableResources(plan *rules.Plan, mpsControl string) map[string]string {
+// program (their strategy needs a daemon).
+func unavailableResources(plan *plan.Plan, mpsControl string) map[string]string {
 	var out map[string]string
 	for _, r := range plan.Resources {
-		if r.Sharing.Strategy != rules.SharingMPS {
+		if !needsDaemon(r.Sharing) {
 			continue
 		}
 		if _, err := mps.ResolveControlBinary(mpsControl); err != nil {
@@ -43,6 +44,13 @@ func unavailableResources(plan *rules.Plan, mpsControl string) map[string]string
 		}
 	}
 	return out
+}
+
+// needsDaemon reports whether a resource's sharing strategy needs an MPS
+// control daemon (plan.StrategySpec.Daemon).
+func needsDaemon(s plan.Sharing) bool {
+	spec, _ := s.Spec()
+	return spec.Daemon
 }
 
 func newRulesCommand() *cobra.Command {
@@ -174,7 +182,7 @@ resources. Without --rules it explains the default rules (builtin "none").`,
 }
 
 // printExplanation writes a plan in the chosen format.
-func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, plan *rules.Plan, unavailable map[string]string) error {
+func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, plan *plan.Plan, unavailable map[string]string) error {
 	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), Unavailable: unavailable, Plan: plan}
 	switch format {
 	case "json":

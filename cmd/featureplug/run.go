@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
@@ -182,6 +183,14 @@ func toUint(xids []uint64) []uint {
 	return out
 }
 
+// routeKlog sends klog's output (client-go's informers, reflectors, leader
+// election, event broadcaster) to log, so that --log-format and --log-level
+// cover it too. A V(n) message arrives at slog level -n, so --log-level
+// debug shows client-go's V(1) to V(4) (reflector starts, relists).
+func routeKlog(log *slog.Logger) {
+	klog.SetSlogLogger(log.With("component", "client-go"))
+}
+
 func newLogger(format, level string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
@@ -236,13 +245,22 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	routeKlog(log)
 	src, err := f.src.open()
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	if f.nodeName == "" && f.src.fakeNode != "" {
-		f.nodeName = src.Fake().Name()
+	if fake, ok := src.(*agent.FakeSource); ok && f.nodeName == "" {
+		f.nodeName = fake.Name()
+	}
+	// The machine type (nvidia.com/gpu.machine) comes from the host's DMI
+	// product name; a fake node has none.
+	var machine string
+	if _, fake := src.(*agent.FakeSource); !fake {
+		if machine, err = labeler.MachineType(labeler.DefaultMachineTypeFile); err != nil {
+			log.Debug("no machine type label", "err", err)
+		}
 	}
 	kube, nfd, err := f.kubeClients()
 	if err != nil {
@@ -286,6 +304,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		NodeLabels:         f.nodeLabels,
 		Publish:            agent.PublishMode(f.publish),
 		FeaturesFile:       f.featuresFile,
+		Labels:             labeler.LabelOptions{Machine: machine},
 		ResyncInterval:     f.resyncInterval,
 		RediscoverInterval: f.rediscoverInterval,
 		Rediscover:         rediscover,

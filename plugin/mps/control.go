@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // DefaultControlBinary is the MPS control program, looked up in PATH.
@@ -17,7 +19,7 @@ const DefaultControlBinary = "nvidia-cuda-mps-control"
 
 // Environment variables of the control daemon and its clients.
 const (
-	EnvPipeDirectory  = "CUDA_MPS_PIPE_DIRECTORY"
+	EnvPipeDirectory  = plan.EnvMPSPipeDirectory
 	EnvLogDirectory   = "CUDA_MPS_LOG_DIRECTORY"
 	EnvVisibleDevices = "CUDA_VISIBLE_DEVICES"
 )

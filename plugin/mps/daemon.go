@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // maxSocketPath is the longest unix socket path Linux accepts: sun_path
@@ -102,40 +104,11 @@ func validateDaemons(daemons []Daemon) error {
 	return errors.Join(errs...)
 }
 
-// validateResource checks that a resource name maps to one directory
-// below the MPS root.
+// validateResource checks that a resource name is an extended resource
+// name (plan.ValidateResourceName), which maps to one directory below the
+// MPS root.
 func validateResource(name string) error {
-	if name == "" {
-		return errors.New("empty resource name")
-	}
-	if strings.Count(name, "/") > 1 {
-		return fmt.Errorf("%q has more than one '/'", name)
-	}
-	for _, r := range name {
-		if !allowedInResource(r) {
-			return fmt.Errorf("%q holds %q; only letters, digits, '.', '_', '-' and one '/' are allowed", name, r)
-		}
-	}
-	if dir := dirName(name); dir == "." || dir == ".." {
-		return fmt.Errorf("%q does not name a directory", name)
-	}
-	return nil
-}
-
-// allowedInResource reports whether r may appear in a resource name.
-func allowedInResource(r rune) bool {
-	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-/", r)
-}
-
-// dirName is the resource's directory below the MPS root: the name with
-// its '/' as '_' (the layout the plugin package mounts into containers).
-func dirName(resource string) string {
-	return strings.ReplaceAll(resource, "/", "_")
-}
-
-// resourceDir returns <root>/<dirName(resource)>.
-func resourceDir(root, resource string) string {
-	return filepath.Join(root, dirName(resource))
+	return plan.ValidateResourceName(name)
 }
 
 // checkSocketPath reports a pipe directory too long for the daemon's unix

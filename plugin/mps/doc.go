@@ -18,6 +18,7 @@
 //
 // The agent holds an MPS resource back from the kubelet until Ready says
 // its daemon is up and configured; Ready's reason explains why not (for
-// example "nvidia-cuda-mps-control not found in PATH"). Allocate responses
-// point clients at PipeDir.
+// example "nvidia-cuda-mps-control not found in PATH"). The device
+// plugins' Allocate responses point clients at the same pipe directory
+// (plan.MPSLayout) and mount it.
 package mps

@@ -186,7 +186,7 @@ func (e *env) waitReady(resource string) {
 // commands returns the commands resource's fake received, without the
 // liveness checks.
 func (e *env) commands(resource string) []string {
-	b, err := os.ReadFile(filepath.Join(e.sup.PipeDir(resource), "fake-commands.log"))
+	b, err := os.ReadFile(filepath.Join(e.sup.pipeDir(resource), "fake-commands.log"))
 	if err != nil && !os.IsNotExist(err) {
 		e.t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func countOf(lines []string, prefix string) int {
 
 // daemonPid returns the pid of resource's fake daemon, or 0.
 func (e *env) daemonPid(resource string) int {
-	return readPid(filepath.Join(e.sup.PipeDir(resource), "nvidia-cuda-mps-control.pid"))
+	return readPid(filepath.Join(e.sup.pipeDir(resource), "nvidia-cuda-mps-control.pid"))
 }
 
 // alive reports whether pid runs (a zombie does not).

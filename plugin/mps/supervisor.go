@@ -1,7 +1,6 @@
 package mps
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,13 +14,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Defaults of Options.
 const (
-	// DefaultRoot is the MPS root; it matches the plugin package's default
-	// MPS root, from which Allocate mounts the pipe directories.
-	DefaultRoot = "/run/featureplug/mps"
+	// DefaultRoot is the MPS root; it is the plugin package's default MPS
+	// root, from which Allocate mounts the pipe directories.
+	DefaultRoot = plan.DefaultMPSRoot
 	// DefaultCheckInterval is the period of the liveness check.
 	DefaultCheckInterval = 5 * time.Second
 	// DefaultCommandTimeout bounds every run of the control program.
@@ -62,7 +63,7 @@ type Options struct {
 	// OnChange, when set, is called with a resource's name whenever its
 	// readiness or reason changes, so the agent can advertise or withdraw
 	// the resource. It runs on the resource's supervising goroutine with
-	// no lock held: it may call Ready, PipeDir and Statuses, must return
+	// no lock held: it may call Ready, must return
 	// promptly, and must not call Apply or Stop.
 	OnChange func(resource string)
 }
@@ -84,20 +85,6 @@ type Supervisor struct {
 	workers       map[string]*worker
 	stopped       bool
 	binaryMissing bool
-}
-
-// Status is the state of one resource's daemon.
-type Status struct {
-	// Resource is the resource name.
-	Resource string
-	// Ready is true while the daemon is up and configured.
-	Ready bool
-	// Reason says why the daemon is not ready; empty when it is.
-	Reason string
-	// Restarts counts the times the daemon was found dead.
-	Restarts int
-	// PipeDir and LogDir are the daemon's directories.
-	PipeDir, LogDir string
 }
 
 // New returns a Supervisor that runs no daemon until Apply. Bad options
@@ -227,8 +214,8 @@ func (s *Supervisor) startWorker(d Daemon, after <-chan struct{}) {
 	w := &worker{
 		s:       s,
 		daemon:  d,
-		pipeDir: s.PipeDir(d.Resource),
-		logDir:  s.LogDir(d.Resource),
+		pipeDir: s.pipeDir(d.Resource),
+		logDir:  s.logDir(d.Resource),
 		cancel:  cancel,
 		done:    make(chan struct{}),
 		after:   after,
@@ -261,32 +248,16 @@ func (s *Supervisor) Ready(resource string) (ok bool, reason string) {
 	return w.ready, w.reason
 }
 
-// PipeDir returns the pipe directory of resource's daemon,
-// <root>/<resource with '/' as '_'>/pipe: clients need it in
-// CUDA_MPS_PIPE_DIRECTORY and mounted.
-func (s *Supervisor) PipeDir(resource string) string {
-	return filepath.Join(resourceDir(s.opts.Root, resource), "pipe")
+// pipeDir returns the pipe directory of resource's daemon in the one MPS
+// layout (plan.MPSLayout): clients need it in CUDA_MPS_PIPE_DIRECTORY and
+// mounted, and the device plugins' Allocate mounts the same path.
+func (s *Supervisor) pipeDir(resource string) string {
+	return plan.MPSLayout{Root: s.opts.Root}.PipeDir(resource)
 }
 
-// LogDir returns the log directory of resource's daemon,
-// <root>/<resource with '/' as '_'>/log.
-func (s *Supervisor) LogDir(resource string) string {
-	return filepath.Join(resourceDir(s.opts.Root, resource), "log")
-}
-
-// Statuses returns the state of every daemon, ordered by resource.
-func (s *Supervisor) Statuses() []Status {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Status, 0, len(s.workers))
-	for res, w := range s.workers {
-		out = append(out, Status{
-			Resource: res, Ready: w.ready, Reason: w.reason, Restarts: w.restarts,
-			PipeDir: w.pipeDir, LogDir: w.logDir,
-		})
-	}
-	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Resource, b.Resource) })
-	return out
+// logDir returns the log directory of resource's daemon (plan.MPSLayout).
+func (s *Supervisor) logDir(resource string) string {
+	return plan.MPSLayout{Root: s.opts.Root}.LogDir(resource)
 }
 
 // Stop quits every daemon and returns once they are gone. Apply fails
@@ -328,7 +299,6 @@ func (s *Supervisor) setState(w *worker, ready bool, reason string) {
 func (s *Supervisor) countRestart(w *worker) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w.restarts++
 	if s.workers[w.daemon.Resource] == w {
 		s.metrics.restarts.WithLabelValues(w.daemon.Resource).Inc()
 	}

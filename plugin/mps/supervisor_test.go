@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Ready has the shape of the plugin manager's Gate.
@@ -46,11 +48,11 @@ func TestStartConfiguresDaemon(t *testing.T) {
 
 			res := tt.daemon.Resource
 			uuids := tt.daemon.normalized().uuids()
-			wantStart := "-d CUDA_VISIBLE_DEVICES=" + strings.Join(uuids, ",") + " CUDA_MPS_LOG_DIRECTORY=" + e.sup.LogDir(res)
+			wantStart := "-d CUDA_VISIBLE_DEVICES=" + strings.Join(uuids, ",") + " CUDA_MPS_LOG_DIRECTORY=" + e.sup.logDir(res)
 			if got := e.commands(res); !slices.Equal(got, append([]string{wantStart}, tt.want...)) {
 				t.Errorf("commands:\n got %q\nwant %q", got, append([]string{wantStart}, tt.want...))
 			}
-			for _, dir := range []string{e.sup.PipeDir(res), e.sup.LogDir(res)} {
+			for _, dir := range []string{e.sup.pipeDir(res), e.sup.logDir(res)} {
 				info, err := os.Stat(dir)
 				if err != nil || !info.IsDir() {
 					t.Fatalf("directory %s: %v", dir, err)
@@ -69,7 +71,7 @@ func TestStartConfiguresDaemon(t *testing.T) {
 func TestReadyOnlyAfterConfiguration(t *testing.T) {
 	e := newEnv(t, nil)
 	d := gpus("example.com/mps", 25, 1000)
-	hold := filepath.Join(e.root, dirName(d.Resource), "fake-hold")
+	hold := filepath.Join(plan.MPSLayout{Root: e.root}.ResourceDir(d.Resource), "fake-hold")
 	if err := os.MkdirAll(filepath.Dir(hold), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -123,9 +125,8 @@ func TestRestartsKilledDaemon(t *testing.T) {
 	if got := e.value("daemon_restarts_total", d.Resource); got != 1 {
 		t.Errorf("daemon_restarts_total = %v, want 1", got)
 	}
-	st := e.sup.Statuses()
-	if len(st) != 1 || st[0].Restarts != 1 || !st[0].Ready {
-		t.Errorf("Statuses = %+v, want one ready with 1 restart", st)
+	if ok, reason := e.sup.Ready(d.Resource); !ok {
+		t.Errorf("Ready after the restart = false (%s)", reason)
 	}
 	var sawDown bool
 	for _, c := range e.seen(d.Resource) {
@@ -243,7 +244,7 @@ func TestMissingBinary(t *testing.T) {
 			if got := e.value("daemon_start_failures_total", "example.com/a"); got != 0 {
 				t.Errorf("start failures = %v, want 0 (a missing binary has its own metric)", got)
 			}
-			if _, err := os.Stat(e.sup.PipeDir("example.com/a")); !os.IsNotExist(err) {
+			if _, err := os.Stat(e.sup.pipeDir("example.com/a")); !os.IsNotExist(err) {
 				t.Errorf("pipe directory created without a binary: %v", err)
 			}
 		})
@@ -275,7 +276,7 @@ func TestBinaryAppearsLater(t *testing.T) {
 func TestStartFailureRetries(t *testing.T) {
 	e := newEnv(t, nil)
 	d := gpus("example.com/a", 50, 1000)
-	fail := filepath.Join(e.root, dirName(d.Resource), "fake-fail-start")
+	fail := filepath.Join(plan.MPSLayout{Root: e.root}.ResourceDir(d.Resource), "fake-fail-start")
 	if err := os.MkdirAll(filepath.Dir(fail), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -298,11 +299,11 @@ func TestReplacesLeftoverDaemon(t *testing.T) {
 	e := newEnv(t, nil)
 	d := gpus("example.com/a", 50, 1000)
 	// A daemon from an earlier run already serves the pipe directory.
-	pipe := e.sup.PipeDir(d.Resource)
+	pipe := e.sup.pipeDir(d.Resource)
 	if err := os.MkdirAll(pipe, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ctl := controller{binary: e.binary, env: daemonEnv(os.Environ(), pipe, e.sup.LogDir(d.Resource), []string{"GPU-old"}), timeout: 5 * time.Second}
+	ctl := controller{binary: e.binary, env: daemonEnv(os.Environ(), pipe, e.sup.logDir(d.Resource), []string{"GPU-old"}), timeout: 5 * time.Second}
 	if err := ctl.startDaemon(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -350,10 +351,10 @@ func TestApplyRejectsInvalidInput(t *testing.T) {
 		daemons []Daemon
 		want    string
 	}{
-		{"empty resource", []Daemon{{Devices: ok.Devices}}, `daemons[0].resource: empty resource name`},
-		{"two slashes", []Daemon{{Resource: "a/b/c", Devices: ok.Devices}}, `daemons[0].resource: "a/b/c" has more than one '/'`},
-		{"dot dot", []Daemon{{Resource: "..", Devices: ok.Devices}}, `daemons[0].resource: ".." does not name a directory`},
-		{"space", []Daemon{{Resource: "example.com/a b", Devices: ok.Devices}}, `daemons[0].resource: "example.com/a b" holds ' '`},
+		{"empty resource", []Daemon{{Devices: ok.Devices}}, `daemons[0].resource: "" is not an extended resource name: it is empty`},
+		{"two slashes", []Daemon{{Resource: "a/b/c", Devices: ok.Devices}}, `daemons[0].resource: "a/b/c" is not an extended resource name`},
+		{"dot dot", []Daemon{{Resource: "..", Devices: ok.Devices}}, `daemons[0].resource: ".." is not an extended resource name: it needs a domain`},
+		{"space", []Daemon{{Resource: "example.com/a b", Devices: ok.Devices}}, `daemons[0].resource: "example.com/a b" is not an extended resource name: name part must consist of alphanumeric characters`},
 		{"duplicate resource", []Daemon{ok, ok}, `daemons[1].resource: "example.com/a" is already daemons[0]`},
 		{"no devices", []Daemon{{Resource: "example.com/a"}}, `daemons[0].devices: no devices for resource "example.com/a"`},
 		{"empty UUID", []Daemon{{Resource: "example.com/a", Devices: []Device{{UUID: ""}}}}, `daemons[0].devices[0].uuid: "" is not a device UUID`},
@@ -374,8 +375,11 @@ func TestApplyRejectsInvalidInput(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Apply error = %v, want it to contain %q", err, tt.want)
 			}
-			if st := sup.Statuses(); len(st) != 0 {
-				t.Errorf("invalid Apply started daemons: %+v", st)
+			sup.mu.Lock()
+			n := len(sup.workers)
+			sup.mu.Unlock()
+			if n != 0 {
+				t.Errorf("invalid Apply started %d daemons", n)
 			}
 		})
 	}
@@ -423,10 +427,10 @@ func TestDirectories(t *testing.T) {
 		{"example.com/mps", "/run/featureplug/mps/example.com_mps/pipe", "/run/featureplug/mps/example.com_mps/log"},
 	}
 	for _, tt := range tests {
-		if got := sup.PipeDir(tt.resource); got != tt.pipe {
+		if got := sup.pipeDir(tt.resource); got != tt.pipe {
 			t.Errorf("PipeDir(%q) = %q, want %q", tt.resource, got, tt.pipe)
 		}
-		if got := sup.LogDir(tt.resource); got != tt.log {
+		if got := sup.logDir(tt.resource); got != tt.log {
 			t.Errorf("LogDir(%q) = %q, want %q", tt.resource, got, tt.log)
 		}
 	}
@@ -514,5 +518,26 @@ func TestDaemonEnv(t *testing.T) {
 	want := []string{"PATH=/usr/bin", "HOME=/root", "CUDA_MPS_PIPE_DIRECTORY=/mps/r/pipe", "CUDA_MPS_LOG_DIRECTORY=/mps/r/log", "CUDA_VISIBLE_DEVICES=GPU-a,GPU-b"}
 	if !slices.Equal(got, want) {
 		t.Errorf("daemonEnv =\n %q\nwant\n %q", got, want)
+	}
+}
+
+// TestBackoffJitter: with Jitter, each restart wait lies in [d, d*(1+Jitter)]
+// of the unjittered wait d, and waits spread.
+func TestBackoffJitter(t *testing.T) {
+	plain := Backoff{}.withDefaults()
+	jittered := Backoff{Jitter: 0.5}.withDefaults()
+	for _, failures := range []int{0, 2, 100} {
+		base := plain.Delay(failures)
+		seen := map[time.Duration]bool{}
+		for range 50 {
+			d := jittered.Delay(failures)
+			if d < base || d > base+base/2 {
+				t.Fatalf("Delay(%d) = %v, want within [%v, %v]", failures, d, base, base+base/2)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 2 {
+			t.Errorf("Delay(%d) gave one value over 50 calls: no jitter", failures)
+		}
 	}
 }

@@ -32,9 +32,8 @@ type worker struct {
 	after <-chan struct{}
 
 	// Guarded by s.mu.
-	ready    bool
-	reason   string
-	restarts int
+	ready  bool
+	reason string
 }
 
 // run starts the daemon, watches it, and restarts it with backoff until

@@ -80,7 +80,7 @@ func TestCheckFindsInvalidNames(t *testing.T) {
   devices: mig
   resource: nvidia.com/mig-shared
   sharing: {strategy: time-slicing, replicas: 1024}`,
-			want: []string{`rules[0] "shared"`, "fake node", "rules.MaxDevicesPerResource"},
+			want: []string{`rules[0] "shared"`, "fake node", "plan.MaxDevicesPerResource"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

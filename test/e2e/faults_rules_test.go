@@ -105,7 +105,7 @@ func TestFault07HugeReplicas(t *testing.T) {
 	}
 	dir := t.TempDir()
 	huge := rulesFaultWrite(t, dir, "huge.yaml", rulesFaultHuge)
-	want := huge + `:7: rules[0] "shared": sharing.replicas: must be at most 1024 (rules.MaxReplicas) (have 1000000000)`
+	want := huge + `:7: rules[0] "shared": sharing.replicas: must be at most 1024 (plan.MaxReplicas) (have 1000000000)`
 
 	_, stderr, code := rulesFaultCLI(t, "rules", "check", huge)
 	if code == 0 || !strings.Contains(stderr, want) {
@@ -128,7 +128,7 @@ func TestFault07HugeReplicas(t *testing.T) {
 
 	writeFileAtomic(t, rulesFile, []byte(rulesFaultHuge))
 	a.waitMetric(t, "featureplug_rule_reloads_total", func(v float64) bool { return v > invalid }, `result="invalid"`)
-	rulesFaultWaitLog(t, a, "rules rejected; keeping the last good plan", "must be at most 1024 (rules.MaxReplicas)")
+	rulesFaultWaitLog(t, a, "rules rejected; keeping the last good plan", "must be at most 1024 (plan.MaxReplicas)")
 	if !a.Running() {
 		t.Fatalf("featureplug exited after the hot reload: %v\n%s", a.ExitErr(), a.Tail(40))
 	}

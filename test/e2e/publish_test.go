@@ -87,20 +87,23 @@ func (c *cluster) testPublish(t *testing.T) {
 	})
 
 	t.Run("ResyncsWithoutChangeWriteNothing", func(t *testing.T) {
-		// Let the change above settle: the write count must stop moving.
-		writes := a.waitMetric(t, "featureplug_publish_writes_total", func(float64) bool { return true })
+		// A successful publish after the labels of the change showed has
+		// published the latest content: from here on only resyncs of
+		// unchanged content follow, and they must write nothing.
+		settled := a.metric(t, "featureplug_publish_attempts_total", `result="ok"`) + 1
+		a.waitMetric(t, "featureplug_publish_attempts_total", func(v float64) bool { return v >= settled }, `result="ok"`)
+		writes := a.metric(t, "featureplug_publish_writes_total")
 		before, err := nfs.Get(ctx, nodeFeatureName(node), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The positive marker: ten more successful publishes (resyncs, with
+		// --resync-interval 200ms).
 		attempts := a.metric(t, "featureplug_publish_attempts_total", `result="ok"`)
-		time.Sleep(2500 * time.Millisecond)
+		a.waitMetric(t, "featureplug_publish_attempts_total", func(v float64) bool { return v >= attempts+10 }, `result="ok"`)
 		after, err := nfs.Get(ctx, nodeFeatureName(node), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
-		}
-		if got := a.metric(t, "featureplug_publish_attempts_total", `result="ok"`) - attempts; got < 10 {
-			t.Fatalf("%v successful publishes in 2.5 s with --resync-interval 200ms, want at least 10", got)
 		}
 		if after.ResourceVersion != before.ResourceVersion {
 			t.Errorf("NodeFeature resourceVersion went from %s to %s over resyncs without change", before.ResourceVersion, after.ResourceVersion)
@@ -123,9 +126,10 @@ func (c *cluster) testPublish(t *testing.T) {
 			t.Fatalf("watching node %s: %v", node, err)
 		}
 		var (
-			mu      sync.Mutex
-			updates int
-			bad     []string
+			mu         sync.Mutex
+			updates    int
+			bad        []string
+			markerSeen = make(chan struct{})
 		)
 		done := make(chan struct{})
 		go func() {
@@ -136,6 +140,10 @@ func (c *cluster) testPublish(t *testing.T) {
 					continue
 				}
 				mu.Lock()
+				if n.Labels[publishMarkerLabel] != "" && markerSeen != nil {
+					close(markerSeen)
+					markerSeen = nil
+				}
 				updates++
 				if ev.Type != watch.Modified {
 					bad = append(bad, string(ev.Type))
@@ -154,9 +162,11 @@ func (c *cluster) testPublish(t *testing.T) {
 		}
 		a.restart(t)
 		// The new process has published (its first content equals the
-		// stored one) and nfd-master has had time to act on anything.
+		// stored one); then a marker NodeFeature for the same node makes
+		// nfd-master update the node once more. Once the watch has seen the
+		// marker label, nfd-master has acted on everything before it.
 		a.waitMetric(t, "featureplug_publish_attempts_total", func(v float64) bool { return v >= 3 }, `result="ok"`)
-		time.Sleep(2 * time.Second)
+		publishMarkerNodeFeature(ctx, t, c, node, &mu, &markerSeen)
 		w.Stop()
 		<-done
 		mu.Lock()
@@ -215,4 +225,42 @@ func (c *cluster) testPublishWithoutMIG(t *testing.T) {
 		"nvidia.com/gpu.count":   "8",
 		"nvidia.com/mig.capable": "true",
 	})
+}
+
+// publishMarkerLabel is the label of the marker NodeFeature of
+// RestartKeepsLabels.
+const publishMarkerLabel = "feature.node.kubernetes.io/e2e-publish-marker"
+
+// publishMarkerNodeFeature creates a second NodeFeature for node carrying
+// publishMarkerLabel, waits until *seen is closed (the node watch saw the
+// label), and deletes the marker again, waiting for the label to go.
+func publishMarkerNodeFeature(ctx context.Context, t *testing.T, c *cluster, node string, mu *sync.Mutex, seen *chan struct{}) {
+	t.Helper()
+	mu.Lock()
+	ch := *seen
+	mu.Unlock()
+	nfs := c.api.NFD.NfdV1alpha1().NodeFeatures(agentNamespace)
+	marker := &nfdv1alpha1.NodeFeature{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   "e2e-publish-marker-" + node,
+			Labels: map[string]string{"nfd.node.kubernetes.io/node-name": node},
+		},
+		Spec: nfdv1alpha1.NodeFeatureSpec{Labels: map[string]string{publishMarkerLabel: "true"}},
+	}
+	if _, err := nfs.Create(ctx, marker, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the marker NodeFeature: %v", err)
+	}
+	defer func() {
+		if err := nfs.Delete(context.Background(), marker.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting the marker NodeFeature: %v", err)
+		}
+	}()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatalf("nfd-master never put the marker label %s on node %s", publishMarkerLabel, node)
+	}
 }

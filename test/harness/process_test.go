@@ -10,16 +10,16 @@ func TestProcessStop(t *testing.T) {
 	tests := []struct {
 		name    string
 		script  string
-		settle  time.Duration // time the script gets before Stop
-		wantErr string        // "" means Stop succeeds
+		exits   bool   // the script exits by itself: Stop comes after it did
+		wantErr string // "" means Stop succeeds
 		wantLog string
 	}{
 		{name: "stops on SIGTERM", script: "echo started; exec sleep 60", wantLog: "started"},
-		{name: "killed when SIGTERM is ignored", script: "trap '' TERM; echo stubborn; while :; do sleep 0.1; done",
-			settle: 300 * time.Millisecond, wantErr: "ignored SIGTERM", wantLog: "stubborn"},
-		{name: "early exit is reported", script: "echo bye; exit 3", settle: 300 * time.Millisecond,
+		{name: "killed when SIGTERM is ignored", script: "trap '' TERM; echo stub''born; while :; do sleep 0.1; done",
+			wantErr: "ignored SIGTERM", wantLog: "stubborn"},
+		{name: "early exit is reported", script: "echo bye; exit 3", exits: true,
 			wantErr: "exit status 3", wantLog: "bye"},
-		{name: "clean early exit is fine", script: "echo done", settle: 300 * time.Millisecond, wantLog: "done"},
+		{name: "clean early exit is fine", script: "echo done", exits: true, wantLog: "done"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -29,7 +29,18 @@ func TestProcessStop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(tt.settle)
+			// Stop comes once the script is where the case needs it: exited,
+			// or past its echo (the trap is set before it; the log's header
+			// holds the script, hence stub''born there).
+			deadline := time.After(10 * time.Second)
+			for tt.exits && p.Running() || !tt.exits && !strings.Contains(p.Tail(10), tt.wantLog) {
+				select {
+				case <-p.Done():
+				case <-deadline:
+					t.Fatalf("the script did not get going: %s", p.Tail(10))
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
 			err = p.Stop()
 			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Errorf("Stop() = %v, want error containing %q", err, tt.wantErr)

@@ -3,10 +3,10 @@
 // current as the hardware, the rules file and the kubelet change.
 //
 // Data flows one way: the GPU source gives an Inventory, the rules turn it
-// into a Plan, the Plan goes to the plugin manager, and the Inventory (with
-// the Plan) goes to the publisher. A single loop owns that state; the
-// plugin manager, the publisher, the health watcher and the HTTP server run
-// beside it and never call back into it.
+// into a Plan, and each (Inventory, Plan) goes to the agent's sinks, its
+// outputs: the device plugins, then NFD publishing (sink.go). A single loop
+// owns that state; the sinks' own work, the health watcher and the HTTP
+// server run beside it and never call back into it.
 package agent
 
 import (
@@ -25,6 +25,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
@@ -34,6 +35,7 @@ import (
 	"github.com/featureplug/featureplug/plugin"
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // PublishMode says where features and labels go.
@@ -125,10 +127,18 @@ type Agent struct {
 	metrics  *metrics
 	manager  *plugin.Manager
 	pub      labeler.Publisher
-	contents chan labeler.Content
 	events   *eventRecorder
 	health   chan discovery.HealthEvent
 	mps      *mps.Supervisor
+
+	// nodes watches the agent's Node (kube.go); nil without an API server.
+	nodes *nodeWatch
+
+	// sinks are the agent's outputs, in the order plans are applied:
+	// plugins serves devices, publisher reports them (sink.go).
+	sinks     []Sink
+	plugins   *devicePluginSink
+	publisher *publishSink
 	// mpsChanged is signalled when an MPS daemon's readiness flips.
 	mpsChanged chan struct{}
 	// planReport reports devices the plan leaves out (planreport.go).
@@ -145,7 +155,7 @@ type Agent struct {
 	inv        *discovery.Inventory
 	lib        nvml.Interface
 	ruleSet    *rules.RuleSet
-	plan       *rules.Plan
+	plan       *plan.Plan
 	nodeLabels map[string]string
 	stopHealth context.CancelFunc
 	// rulesKey identifies the rules file state last handled (content hash
@@ -155,14 +165,6 @@ type Agent struct {
 
 	// current is the latest inventory, read by the health watcher.
 	current atomic.Pointer[discovery.Inventory]
-	// served is the plan last handed to the plugin manager, read by the
-	// Allocate gate.
-	served atomic.Pointer[rules.Plan]
-
-	// published is the content last offered to the publisher, read by
-	// the HTTP server's debug handler.
-	mu        sync.Mutex
-	published *labeler.Content
 }
 
 // New checks the configuration and builds the agent's parts. Nothing runs
@@ -187,7 +189,6 @@ func New(cfg Config) (*Agent, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		registry: prometheus.NewRegistry(),
-		contents: make(chan labeler.Content, 1),
 		health:   make(chan discovery.HealthEvent, 64),
 
 		mpsChanged: make(chan struct{}, 1),
@@ -202,10 +203,12 @@ func New(cfg Config) (*Agent, error) {
 	popts.Registerer = a.registry
 	// An MPS resource is withdrawn when its daemon dies; until the loop has
 	// done so, Allocate refuses it rather than hand out a dead pipe.
-	popts.Gate = a.mpsGate
+	a.plugins = &devicePluginSink{log: cfg.Logger}
+	popts.Gate = a.plugins.mpsGate
 	if a.manager, err = plugin.NewManager(popts); err != nil {
 		return nil, err
 	}
+	a.plugins.manager = a.manager
 	if a.metrics, err = newMetrics(a.registry, a.manager.Ready); err != nil {
 		return nil, err
 	}
@@ -227,9 +230,14 @@ func New(cfg Config) (*Agent, error) {
 	if a.mps, err = mps.New(mopts); err != nil {
 		return nil, err
 	}
+	a.plugins.mps, a.plugins.metrics = a.mps, a.metrics
 	if a.pub, err = a.newPublisher(); err != nil {
 		return nil, err
 	}
+	if a.publisher, err = a.newPublishSink(); err != nil {
+		return nil, err
+	}
+	a.sinks = []Sink{a.plugins, a.publisher}
 	if st, ok := a.pub.(interface{ Stats() labeler.WriteStats }); ok {
 		writes := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "featureplug_publish_writes_total",
@@ -240,7 +248,8 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	if cfg.Kube != nil {
-		a.events = newEventRecorder(cfg.Kube, cfg.NodeName, cfg.Logger)
+		a.nodes = newNodeWatch(cfg.Kube, cfg.NodeName)
+		a.events = newEventRecorder(cfg.NodeName, a.nodes.uid)
 	}
 	return a, nil
 }
@@ -271,6 +280,46 @@ func (a *Agent) newPublisher() (labeler.Publisher, error) {
 	default:
 		return nil, fmt.Errorf("--publish: %q is not a mode (use nodefeature, file, stdout or none)", a.cfg.Publish)
 	}
+}
+
+// newPublishSink makes the publishing sink around a.pub (nil: the content
+// is only kept for /debug/content). Its label options report dropped label
+// keys (a warning once per set of keys, featureplug_label_dropped_total).
+func (a *Agent) newPublishSink() (*publishSink, error) {
+	opts := a.cfg.Labels
+	d := &droppedLabels{
+		log: a.log.With("component", "publish"),
+		counter: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "featureplug_label_dropped_total",
+			Help: "Distinct label keys left out of the published labels because they are not valid label keys (each is logged once).",
+		}),
+		next: opts.OnDropped,
+		seen: map[string]bool{},
+	}
+	if err := a.registry.Register(d.counter); err != nil {
+		return nil, err
+	}
+	opts.OnDropped = d.dropped
+	s := &publishSink{pub: a.pub, opts: opts, contents: make(chan labeler.Content, 1)}
+	if a.pub != nil {
+		s.loop = &labeler.Loop{
+			Publisher: a.pub,
+			Resync:    a.cfg.ResyncInterval,
+			// Jittered, so that agents started together do not resync or
+			// retry together (kube.go).
+			ResyncJitter: periodJitter,
+			Backoff:      labeler.Backoff{Jitter: backoffJitter},
+			Logger:       a.log.With("component", "publish"),
+			OnPublish: func(err error) {
+				if err != nil {
+					a.metrics.publishes.WithLabelValues("error").Inc()
+					return
+				}
+				a.metrics.publishes.WithLabelValues("ok").Inc()
+			},
+		}
+	}
+	return s, nil
 }
 
 // Registry returns the registry the agent's metrics are on.
@@ -315,30 +364,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		goRun("metrics server", srv)
 	}
-	goRun("plugin manager", a.manager.Run)
+	for _, s := range a.sinks {
+		if r, ok := s.(Runner); ok {
+			goRun(s.Name(), r.Run)
+		}
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.manager.WatchHealth(ctx, a.health)
+		a.relayHealth(ctx, a.health)
 		if ctx.Err() == nil {
 			a.live.stop(componentHealthRelay, "stopped passing health events to the device plugins")
 		}
 	}()
-	if a.pub != nil {
-		loop := &labeler.Loop{
-			Publisher: a.pub,
-			Resync:    a.cfg.ResyncInterval,
-			Logger:    a.log.With("component", "publish"),
-			OnPublish: func(err error) {
-				if err != nil {
-					a.metrics.publishes.WithLabelValues("error").Inc()
-					return
-				}
-				a.metrics.publishes.WithLabelValues("ok").Inc()
-			},
-		}
-		goRun("publisher", func(ctx context.Context) error { return loop.Run(ctx, a.contents) })
-	}
 	// A file watcher never fails for lack of inotify: it falls back to
 	// its periodic check (see fileWatcher).
 	rulesSnaps := make(chan fileSnapshot, 1)
@@ -353,13 +391,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	a.live.beat(componentLoop)
+	a.startKube(ctx) // the Node watch and Events (kube.go)
 	a.loadRules(ctx)
 	a.refreshNodeLabels(ctx)
 	a.startupEvidence()
 	a.replan(ctx, "start")
 	a.restartHealthWatcher(ctx, &wg)
 
-	ticker := time.NewTicker(a.cfg.RediscoverInterval)
+	// A jittered period, so that agents started together drift apart.
+	ticker := time.NewTicker(wait.Jitter(a.cfg.RediscoverInterval, periodJitter))
 	defer ticker.Stop()
 	heartbeat := time.NewTicker(a.live.heartbeatInterval())
 	defer heartbeat.Stop()
@@ -376,6 +416,8 @@ loop:
 		case <-heartbeat.C:
 		case <-ticker.C:
 			a.rediscover(ctx, &wg, "interval")
+		case <-a.nodes.changed():
+			a.nodeLabelsChanged(ctx)
 		case <-a.cfg.Rediscover:
 			// SIGHUP: the rules file is read again (and its watch
 			// re-armed) as well as the GPUs.
@@ -390,7 +432,7 @@ loop:
 				a.replan(ctx, "rules")
 			}
 		case <-featureSnaps:
-			a.republish()
+			a.publisher.republish()
 		case <-a.mpsChanged:
 			a.applyServed(ctx, "mps")
 		case <-a.stall:
@@ -484,7 +526,7 @@ func (a *Agent) rediscover(ctx context.Context, wg *sync.WaitGroup, why string) 
 		// A feature file deleted or edited behind the agent's back is
 		// rewritten now at the latest (the publisher compares).
 		if _, ok := a.pub.(*labeler.FilePublisher); ok {
-			a.republish()
+			a.publisher.republish()
 		}
 		return
 	}
@@ -505,7 +547,7 @@ func (a *Agent) startupEvidence() {
 	w := discovery.NewHealthWatcher(a.lib, withLogger(a.cfg.Health, a.log.With("component", "health")))
 	evs, _ := w.ReadEvidence(a.inv)
 	for _, ev := range evs {
-		a.manager.Health(ev)
+		a.healthToSinks(ev)
 	}
 }
 
@@ -552,10 +594,10 @@ func (a *Agent) loadRules(ctx context.Context) bool {
 		}
 		return a.applyRulesSnapshot(ctx, s)
 	}
-	rs, err := rules.Load(a.cfg.Rules)
 	if a.cfg.Rules == "" {
-		rs, err = rules.Default(), nil
+		return a.acceptRules(ctx, rules.Default(), nil)
 	}
+	rs, err := rules.Load(a.cfg.Rules)
 	return a.acceptRules(ctx, rs, err)
 }
 
@@ -644,37 +686,32 @@ func (a *Agent) reportRuleError(ctx context.Context, reason string, err error) {
 	}
 }
 
-// reportApplyError says that the device-plugin servers did not take a plan.
+// reportApplyError says that a sink (err names it) did not take a plan.
 // That is not a rules problem, and is not reported as one.
 func (a *Agent) reportApplyError(ctx context.Context, err error) {
 	serving := a.servingDescription()
-	a.log.Error("the device plugins did not take the plan; keeping "+serving, "err", err)
+	a.log.Error("a sink did not take the plan; keeping "+serving, "err", err)
 	if a.events != nil {
-		a.events.warn(ctx, "PlanRejected", fmt.Sprintf("the device plugins did not take the plan, serving %s: %v", serving, err))
+		a.events.warn(ctx, "PlanRejected", fmt.Sprintf("a sink did not take the plan, serving %s: %v", serving, err))
 	}
 }
 
-// refreshNodeLabels reads the Node's labels for the rules' node selectors.
-func (a *Agent) refreshNodeLabels(ctx context.Context) {
+// refreshNodeLabels takes the Node's labels for the rules' node selectors
+// from the node watch's cache (no request). While the Node is not in the
+// cache the last labels stay, or only --node-labels at start.
+func (a *Agent) refreshNodeLabels(context.Context) {
 	labels := maps.Clone(a.cfg.NodeLabels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	if a.cfg.Kube != nil {
-		node, err := getNode(ctx, a.cfg.Kube, a.cfg.NodeName)
-		switch {
-		case err != nil && a.nodeLabels != nil:
-			a.log.Warn("reading node labels failed; keeping the last ones", "node", a.cfg.NodeName, "err", err)
-			return
-		case err != nil:
-			a.log.Warn("reading node labels failed; node selectors see only --node-labels", "node", a.cfg.NodeName, "err", err)
-		default:
-			for k, v := range node.Labels {
-				if _, set := labels[k]; !set {
-					labels[k] = v
-				}
+	if nodeLabels, ok := a.kubeNodeLabels(); ok {
+		for k, v := range nodeLabels {
+			if _, set := labels[k]; !set {
+				labels[k] = v
 			}
 		}
+	} else if a.cfg.Kube != nil && a.nodeLabels != nil {
+		return
 	}
 	a.nodeLabels = labels
 }
@@ -689,70 +726,54 @@ func (a *Agent) replanIfLabelsChanged(ctx context.Context) {
 	}
 }
 
-// replan makes a plan from the current rules and inventory, applies it and
-// publishes the content. A plan that cannot be made keeps the last good.
+// replan makes a plan from the current rules and inventory and applies it
+// to the sinks. A plan that cannot be made, or that a sink refuses, keeps
+// the last good one; the sinks still see the current inventory.
 func (a *Agent) replan(ctx context.Context, why string) {
 	if a.ruleSet == nil {
-		a.publish(nil)
+		a.applyLastGood(ctx)
 		return
 	}
 	plan, err := a.ruleSet.Plan(a.inv, a.nodeLabels)
 	if err != nil {
 		a.metrics.planErrors.Inc()
 		a.reportRuleError(ctx, "PlanFailed", err)
-		a.publish(a.plan)
+		a.applyLastGood(ctx)
 		return
 	}
-	a.applyMPS(ctx, plan)
-	if err := a.manager.Apply(a.servedPlan(plan)); err != nil {
+	if err := a.applySinks(ctx, plan); err != nil {
 		a.metrics.planErrors.Inc()
 		a.reportApplyError(ctx, err)
-		a.publish(a.plan)
 		return
 	}
 	a.plan = plan
 	a.log.Info("plan applied", "trigger", why, "resources", resourceSummary(plan))
 	a.reportPlanProblems(ctx, plan) // devices left out by their rule: planreport.go
-	a.publish(plan)
+}
+
+// applyLastGood hands the sinks the current inventory with the last good
+// plan (nil before any); sinks that already serve that plan change
+// nothing, the publisher publishes the new inventory.
+func (a *Agent) applyLastGood(ctx context.Context) {
+	if err := a.applySinks(ctx, a.plan); err != nil {
+		a.reportApplyError(ctx, err)
+	}
 }
 
 // applyServed re-applies the current plan after an MPS daemon came up or
 // went down, advertising or withdrawing its resource.
 func (a *Agent) applyServed(ctx context.Context, why string) {
-	if a.plan == nil {
+	applied, err := a.plugins.reapply()
+	if err != nil {
+		a.reportApplyError(ctx, fmt.Errorf("%s: %w", a.plugins.Name(), err))
 		return
 	}
-	if err := a.manager.Apply(a.servedPlan(a.plan)); err != nil {
-		a.reportApplyError(ctx, err)
-		return
-	}
-	a.log.Info("served resources updated", "trigger", why)
-}
-
-// republish offers the content last published again, so that a feature
-// file deleted or changed behind the agent's back is rewritten (the
-// publisher writes only what differs).
-func (a *Agent) republish() {
-	a.mu.Lock()
-	c := a.published
-	a.mu.Unlock()
-	if c == nil || a.pub == nil {
-		return
-	}
-	labeler.Offer(a.contents, *c)
-}
-
-func (a *Agent) publish(plan *rules.Plan) {
-	c := labeler.NewContent(a.inv, plan, a.cfg.Labels)
-	a.mu.Lock()
-	a.published = &c
-	a.mu.Unlock()
-	if a.pub != nil {
-		labeler.Offer(a.contents, c)
+	if applied {
+		a.log.Info("served resources updated", "trigger", why)
 	}
 }
 
-func resourceSummary(p *rules.Plan) map[string]int {
+func resourceSummary(p *plan.Plan) map[string]int {
 	out := make(map[string]int, len(p.Resources))
 	for _, r := range p.Resources {
 		n := len(r.Devices)

@@ -41,7 +41,7 @@ func TestHealthzFailsWhenTheHealthWatcherStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	a, err := New(Config{
 		NodeName: "unit", Source: noEventsSource{src}, Rules: "none",
 		Plugin: plugin.Options{KubeletDir: dir},
@@ -69,7 +69,7 @@ func TestHealthzFailsWhenTheHealthWatcherStops(t *testing.T) {
 		}
 		body := make([]byte, 512)
 		n, _ := resp.Body.Read(body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body[:n]), "health watcher: stopped: creating NVML event set") {
 			return
 		}

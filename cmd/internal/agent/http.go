@@ -15,7 +15,8 @@ func listenTCP(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
-// handler serves the probes, the metrics and, on a fake node, the event
+// handler serves the probes, the metrics and, on a source that implements
+// EventInjector (a fake node), the event
 // injection endpoints that tests and benchmarks use to play a GPU failure.
 func (a *Agent) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -35,15 +36,17 @@ func (a *Agent) handler() http.Handler {
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /debug/content", func(w http.ResponseWriter, _ *http.Request) {
-		a.mu.Lock()
-		c := a.published
-		a.mu.Unlock()
+		c := a.publisher.content()
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(c)
 	})
-	mux.HandleFunc("POST /fake/xid", a.injectFake)
-	mux.HandleFunc("POST /fake/ecc", a.injectFake)
-	mux.HandleFunc("POST /fake/stall", a.stallLoop)
+	// The test hooks exist only on a source that plays events (a fake
+	// node); a real node does not serve /fake/* at all.
+	if inj, ok := a.cfg.Source.(EventInjector); ok {
+		mux.HandleFunc("POST /fake/xid", func(w http.ResponseWriter, r *http.Request) { injectFake(inj, w, r) })
+		mux.HandleFunc("POST /fake/ecc", func(w http.ResponseWriter, r *http.Request) { injectFake(inj, w, r) })
+		mux.HandleFunc("POST /fake/stall", a.stallLoop)
+	}
 	return mux
 }
 
@@ -65,10 +68,6 @@ const stallRequestTimeout = 10 * time.Second
 //	POST /fake/stall          hold the loop (returns once it is held)
 //	POST /fake/stall?release  let it go
 func (a *Agent) stallLoop(w http.ResponseWriter, r *http.Request) {
-	if a.cfg.Source.Fake() == nil {
-		http.Error(w, "stalling the loop needs a fake node (--fake-node)", http.StatusNotFound)
-		return
-	}
 	ch, what := a.stall, "hold"
 	if r.URL.Query().Has("release") {
 		ch, what = a.unstall, "release"
@@ -86,12 +85,7 @@ func (a *Agent) stallLoop(w http.ResponseWriter, r *http.Request) {
 //
 //	POST /fake/xid?gpu=3&xid=79[&gi=1&ci=0]
 //	POST /fake/ecc?gpu=3
-func (a *Agent) injectFake(w http.ResponseWriter, r *http.Request) {
-	node := a.cfg.Source.Fake()
-	if node == nil {
-		http.Error(w, "event injection needs a fake node (--fake-node)", http.StatusNotFound)
-		return
-	}
+func injectFake(node EventInjector, w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	num := func(name string) (int, error) {
 		v, err := strconv.Atoi(q.Get(name))

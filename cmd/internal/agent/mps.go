@@ -4,15 +4,15 @@ import (
 	"context"
 
 	"github.com/featureplug/featureplug/plugin/mps"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // mpsDaemons lists the MPS control daemons a plan needs: one per resource
 // shared with MPS, over its GPUs, with the rule's per-client limits.
-func mpsDaemons(plan *rules.Plan) []mps.Daemon {
+func mpsDaemons(plan *plan.Plan) []mps.Daemon {
 	var out []mps.Daemon
 	for _, r := range plan.Resources {
-		if r.Sharing.Strategy != rules.SharingMPS {
+		if !needsDaemon(r.Sharing) {
 			continue
 		}
 		d := mps.Daemon{Resource: r.Name}
@@ -31,47 +31,54 @@ func mpsDaemons(plan *rules.Plan) []mps.Daemon {
 
 // servedPlan is plan without the MPS resources whose control daemon is not
 // up: a resource is advertised only when a container could use it.
-func (a *Agent) servedPlan(plan *rules.Plan) *rules.Plan {
-	if a.mps == nil {
-		a.served.Store(plan)
+func (s *devicePluginSink) servedPlan(plan *plan.Plan) *plan.Plan {
+	if s.mps == nil {
+		s.served.Store(plan)
 		return plan
 	}
 	served := *plan
 	served.Resources = nil
 	for _, r := range plan.Resources {
-		if r.Sharing.Strategy == rules.SharingMPS {
-			if ok, reason := a.mps.Ready(r.Name); !ok {
-				a.metrics.mpsUnavailable.WithLabelValues(r.Name).Set(1)
-				a.log.Warn("MPS resource held back until its control daemon is up", "resource", r.Name, "reason", reason)
+		if needsDaemon(r.Sharing) {
+			if ok, reason := s.mps.Ready(r.Name); !ok {
+				s.metrics.mpsUnavailable.WithLabelValues(r.Name).Set(1)
+				s.log.Warn("MPS resource held back until its control daemon is up", "resource", r.Name, "reason", reason)
 				continue
 			}
-			a.metrics.mpsUnavailable.WithLabelValues(r.Name).Set(0)
+			s.metrics.mpsUnavailable.WithLabelValues(r.Name).Set(0)
 		}
 		served.Resources = append(served.Resources, r)
 	}
-	a.served.Store(&served)
+	s.served.Store(&served)
 	return &served
 }
 
 // mpsGate lets Allocate through for every resource but an MPS resource
 // whose daemon is not up.
-func (a *Agent) mpsGate(resource string) (bool, string) {
-	plan := a.served.Load()
-	if a.mps == nil || plan == nil {
+func (s *devicePluginSink) mpsGate(resource string) (bool, string) {
+	plan := s.served.Load()
+	if s.mps == nil || plan == nil {
 		return true, ""
 	}
-	if r, ok := plan.Resource(resource); !ok || r.Sharing.Strategy != rules.SharingMPS {
+	if r, ok := plan.Resource(resource); !ok || !needsDaemon(r.Sharing) {
 		return true, ""
 	}
-	return a.mps.Ready(resource)
+	return s.mps.Ready(resource)
 }
 
 // applyMPS starts, reconfigures or stops the MPS daemons for plan.
-func (a *Agent) applyMPS(ctx context.Context, plan *rules.Plan) {
-	if a.mps == nil {
+func (s *devicePluginSink) applyMPS(ctx context.Context, plan *plan.Plan) {
+	if s.mps == nil {
 		return
 	}
-	if err := a.mps.Apply(ctx, mpsDaemons(plan)); err != nil {
-		a.log.Error("MPS daemons not applied", "err", err)
+	if err := s.mps.Apply(ctx, mpsDaemons(plan)); err != nil {
+		s.log.Error("MPS daemons not applied", "err", err)
 	}
+}
+
+// needsDaemon reports whether a resource's sharing strategy needs an MPS
+// control daemon (plan.StrategySpec.Daemon).
+func needsDaemon(s plan.Sharing) bool {
+	spec, _ := s.Spec()
+	return spec.Daemon
 }

@@ -5,20 +5,20 @@ import (
 	"testing"
 
 	"github.com/featureplug/featureplug/plugin/mps"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 func TestMPSDaemons(t *testing.T) {
-	plan := &rules.Plan{Resources: []rules.Resource{
-		{Name: "nvidia.com/gpu", Devices: []rules.Device{{ID: "GPU-a", GPUUUID: "GPU-a", GPUIndex: 0}}},
+	p := &plan.Plan{Resources: []plan.Resource{
+		{Name: "nvidia.com/gpu", Devices: []plan.Device{{ID: "GPU-a", GPUUUID: "GPU-a", GPUIndex: 0}}},
 		{
 			Name: "example.com/gpu.mps",
-			Sharing: rules.Sharing{Strategy: rules.SharingMPS, Replicas: 4,
-				MPS: &rules.MPSLimits{PinnedMemoryLimitMiB: 20000, ActiveThreadPercentage: 25}},
-			Devices: []rules.Device{{ID: "GPU-b", GPUUUID: "GPU-b", GPUIndex: 1}, {ID: "GPU-c", GPUUUID: "GPU-c", GPUIndex: 2}},
+			Sharing: plan.Sharing{Strategy: plan.SharingMPS, Replicas: 4,
+				MPS: &plan.MPSLimits{PinnedMemoryLimitMiB: 20000, ActiveThreadPercentage: 25}},
+			Devices: []plan.Device{{ID: "GPU-b", GPUUUID: "GPU-b", GPUIndex: 1}, {ID: "GPU-c", GPUUUID: "GPU-c", GPUIndex: 2}},
 		},
-		{Name: "example.com/ts", Sharing: rules.Sharing{Strategy: rules.SharingTimeSlicing, Replicas: 2},
-			Devices: []rules.Device{{ID: "GPU-d", GPUUUID: "GPU-d", GPUIndex: 3}}},
+		{Name: "example.com/ts", Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2},
+			Devices: []plan.Device{{ID: "GPU-d", GPUUUID: "GPU-d", GPUIndex: 3}}},
 	}}
 	want := []mps.Daemon{{
 		Resource:               "example.com/gpu.mps",
@@ -28,10 +28,10 @@ func TestMPSDaemons(t *testing.T) {
 			{UUID: "GPU-c", Index: 2, PinnedMemoryLimitMiB: 20000},
 		},
 	}}
-	if got := mpsDaemons(plan); !reflect.DeepEqual(got, want) {
+	if got := mpsDaemons(p); !reflect.DeepEqual(got, want) {
 		t.Errorf("mpsDaemons = %+v\nwant %+v", got, want)
 	}
-	if got := mpsDaemons(&rules.Plan{}); got != nil {
+	if got := mpsDaemons(&plan.Plan{}); got != nil {
 		t.Errorf("mpsDaemons of an empty plan = %+v", got)
 	}
 }
@@ -42,13 +42,13 @@ func TestMPSGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sup.Stop()
-	a := &Agent{mps: sup}
+	a := &devicePluginSink{mps: sup}
 	if ok, _ := a.mpsGate("example.com/gpu.mps"); !ok {
 		t.Error("the gate holds back a resource before any plan is served")
 	}
-	a.served.Store(&rules.Plan{Resources: []rules.Resource{
+	a.served.Store(&plan.Plan{Resources: []plan.Resource{
 		{Name: "nvidia.com/gpu"},
-		{Name: "example.com/gpu.mps", Sharing: rules.Sharing{Strategy: rules.SharingMPS, Replicas: 2}},
+		{Name: "example.com/gpu.mps", Sharing: plan.Sharing{Strategy: plan.SharingMPS, Replicas: 2}},
 	}})
 	if ok, reason := a.mpsGate("nvidia.com/gpu"); !ok {
 		t.Errorf("the gate holds back a resource without MPS: %s", reason)

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Reasons and results of the plan report.
@@ -23,7 +24,7 @@ const (
 )
 
 // planReport reports the devices a plan leaves out because their rule's
-// template fails or gives an invalid resource name (rules.Plan.Problems):
+// template fails or gives an invalid resource name (plan.Plan.Problems):
 // a WARN line and a Warning Event on the Node each time the set of such
 // devices changes, and the gauge featureplug_plan_device_errors.
 type planReport struct {
@@ -51,7 +52,7 @@ func (a *Agent) planReporter() *planReport {
 
 // reportPlanProblems reports the problems of the plan now served, once per
 // change.
-func (a *Agent) reportPlanProblems(ctx context.Context, plan *rules.Plan) {
+func (a *Agent) reportPlanProblems(ctx context.Context, plan *plan.Plan) {
 	r := a.planReporter()
 	r.gauge.Set(float64(len(plan.Problems)))
 	key := problemsKey(plan.Problems)
@@ -110,7 +111,7 @@ func (a *Agent) takeRules(ctx context.Context, rs *rules.RuleSet) bool {
 }
 
 // problemsKey identifies a set of problems, to report each set once.
-func problemsKey(ps []rules.Problem) string {
+func problemsKey(ps []plan.Problem) string {
 	var b strings.Builder
 	for _, p := range ps {
 		b.WriteString(p.Device + "\x00" + p.Message + "\x00")
@@ -119,7 +120,7 @@ func problemsKey(ps []rules.Problem) string {
 }
 
 // problemsSummary lists the first few problems, one per device.
-func problemsSummary(ps []rules.Problem) string {
+func problemsSummary(ps []plan.Problem) string {
 	parts := make([]string, 0, min(len(ps), maxProblemsLogged)+1)
 	for i, p := range ps {
 		if i == maxProblemsLogged {

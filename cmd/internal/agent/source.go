@@ -19,12 +19,28 @@ type GPUSource interface {
 	// watcher should listen to: the same value until the hardware behind it
 	// is replaced (a fake node whose file changed).
 	Discover() (*discovery.Inventory, nvml.Interface, error)
-	// Fake returns the fake node currently behind the source, or nil for
-	// real hardware.
-	Fake() *fakenode.Node
 	// Close releases NVML.
 	Close()
 }
+
+// EventInjector is implemented by sources that can play NVML events (a
+// fake node), for tests and benchmarks; the agent serves /fake/xid,
+// /fake/ecc and /fake/stall only for such a source. Real hardware does
+// not implement it.
+type EventInjector interface {
+	// InjectXID plays an XID error on the GPU with the given index.
+	InjectXID(gpu int, xid uint64) error
+	// InjectMIGXID plays an XID error on one MIG device of a GPU.
+	InjectMIGXID(gpu, gi, ci int, xid uint64) error
+	// InjectECCDoubleBit plays a double-bit ECC error on a GPU.
+	InjectECCDoubleBit(gpu int) error
+}
+
+var (
+	_ GPUSource     = (*RealSource)(nil)
+	_ GPUSource     = (*FakeSource)(nil)
+	_ EventInjector = (*FakeSource)(nil)
+)
 
 // RealSource reads the real NVML library.
 type RealSource struct {
@@ -47,9 +63,6 @@ func (s *RealSource) Discover() (*discovery.Inventory, nvml.Interface, error) {
 	inv, err := discovery.Discover(s.lib, discovery.WithSysfsRoot(s.sysfsRoot))
 	return inv, s.lib, err
 }
-
-// Fake implements GPUSource.
-func (s *RealSource) Fake() *fakenode.Node { return nil }
 
 // Close implements GPUSource.
 func (s *RealSource) Close() { s.closeFn() }
@@ -117,11 +130,28 @@ func (s *FakeSource) Discover() (*discovery.Inventory, nvml.Interface, error) {
 	return inv, lib, err
 }
 
-// Fake implements GPUSource.
-func (s *FakeSource) Fake() *fakenode.Node {
+// Name returns the name of the fake node currently behind the source.
+func (s *FakeSource) Name() string { return s.current().Name() }
+
+func (s *FakeSource) current() *fakenode.Node {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.node
+}
+
+// InjectXID implements EventInjector.
+func (s *FakeSource) InjectXID(gpu int, xid uint64) error {
+	return s.current().InjectXID(gpu, xid)
+}
+
+// InjectMIGXID implements EventInjector.
+func (s *FakeSource) InjectMIGXID(gpu, gi, ci int, xid uint64) error {
+	return s.current().InjectMIGXID(gpu, gi, ci, xid)
+}
+
+// InjectECCDoubleBit implements EventInjector.
+func (s *FakeSource) InjectECCDoubleBit(gpu int) error {
+	return s.current().InjectECCDoubleBit(gpu)
 }
 
 // Close implements GPUSource.

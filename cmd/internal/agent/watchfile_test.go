@@ -332,7 +332,7 @@ func TestFileWatcherWaitsForSlowWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if _, err := f.WriteString(half); err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,15 @@
-package rules
+package plan
 
 import (
 	"errors"
 	"fmt"
 )
 
-// Caps on what one plan may advertise. Parse enforces MaxReplicas on every
-// rule; Plan and ValidatePlan (which the plugin manager calls on every plan
-// it is given) enforce all three on the resulting plan, so a rules file
-// `featureplug rules check` accepts can never make the agent allocate
-// without bound.
+// Caps on what one plan may advertise. rules.Parse enforces MaxReplicas on
+// every rule; RuleSet.Plan and ValidatePlan (which the plugin manager calls
+// on every plan it is given) enforce all three on the resulting plan, so a
+// rules file `featureplug rules check` accepts can never make the agent
+// allocate without bound.
 //
 // The values come from real hardware and from what the kubelet accepts:
 //
@@ -38,10 +38,10 @@ const (
 )
 
 // DeviceReplicas returns how many device IDs the kubelet sees for one device of
-// a resource with this sharing: Replicas for time-slicing and mps, 1
-// otherwise.
+// a resource with this sharing: Replicas when its strategy shares devices
+// (StrategySpec.Shares), 1 otherwise.
 func (s Sharing) DeviceReplicas() int {
-	if s.Strategy == "" || s.Strategy == SharingNone || s.Replicas < 2 {
+	if spec, ok := s.Spec(); !ok || !spec.Shares || s.Replicas < 2 {
 		return 1
 	}
 	return s.Replicas
@@ -57,39 +57,39 @@ func (r *Resource) AdvertisedDevices() int {
 	return n * reps
 }
 
-// checkReplicas is the one check of a replicas value against MaxReplicas.
-func checkReplicas(replicas int) error {
+// CheckReplicas is the one check of a replicas value against MaxReplicas.
+func CheckReplicas(replicas int) error {
 	if replicas > MaxReplicas {
-		return fmt.Errorf("must be at most %d (rules.MaxReplicas)", MaxReplicas)
+		return fmt.Errorf("must be at most %d (plan.MaxReplicas)", MaxReplicas)
 	}
 	return nil
 }
 
-// checkResourceCaps checks one resource of a plan against MaxReplicas and
+// CheckResourceCaps checks one resource of a plan against MaxReplicas and
 // MaxDevicesPerResource.
-func checkResourceCaps(r *Resource) error {
+func CheckResourceCaps(r *Resource) error {
 	if r.Sharing.Replicas < 0 {
 		return fmt.Errorf("resource %s: sharing.replicas: must not be negative (have %d)", r.Name, r.Sharing.Replicas)
 	}
-	if err := checkReplicas(r.Sharing.Replicas); err != nil {
+	if err := CheckReplicas(r.Sharing.Replicas); err != nil {
 		return fmt.Errorf("resource %s: sharing.replicas: %w (have %d)", r.Name, err, r.Sharing.Replicas)
 	}
 	if n := r.AdvertisedDevices(); n > MaxDevicesPerResource {
-		return fmt.Errorf("resource %s: %d devices x %d replicas = %d device IDs, over the cap of %d per resource (rules.MaxDevicesPerResource)",
+		return fmt.Errorf("resource %s: %d devices x %d replicas = %d device IDs, over the cap of %d per resource (plan.MaxDevicesPerResource)",
 			r.Name, len(r.Devices), r.Sharing.DeviceReplicas(), n, MaxDevicesPerResource)
 	}
 	return nil
 }
 
-// checkNodeCap checks the total of a plan's device IDs against
+// CheckNodeCap checks the total of a plan's device IDs against
 // MaxDevicesPerNode.
-func checkNodeCap(resources []Resource) error {
+func CheckNodeCap(resources []Resource) error {
 	total := 0
 	for i := range resources {
 		total += resources[i].AdvertisedDevices()
 	}
 	if total > MaxDevicesPerNode {
-		return fmt.Errorf("the plan advertises %d device IDs in %d resources, over the cap of %d per node (rules.MaxDevicesPerNode)",
+		return fmt.Errorf("the plan advertises %d device IDs in %d resources, over the cap of %d per node (plan.MaxDevicesPerNode)",
 			total, len(resources), MaxDevicesPerNode)
 	}
 	return nil
@@ -97,8 +97,8 @@ func checkNodeCap(resources []Resource) error {
 
 // ValidatePlan checks a plan against the caps (MaxReplicas,
 // MaxDevicesPerResource, MaxDevicesPerNode) and checks that every resource
-// name is valid (ValidateResourceName). Plan makes only plans that pass; the
-// plugin manager calls it on every plan it is given, so that a plan made
+// name is valid (ValidateResourceName). RuleSet.Plan makes only plans that
+// pass; the plugin manager calls it on every plan it is given, so that a plan made
 // some other way is refused by the same code.
 func ValidatePlan(p *Plan) error {
 	if p == nil {
@@ -110,11 +110,11 @@ func ValidatePlan(p *Plan) error {
 		if err := ValidateResourceName(r.Name); err != nil {
 			errs = append(errs, fmt.Errorf("resource %d: %w", i, err))
 		}
-		if err := checkResourceCaps(r); err != nil {
+		if err := CheckResourceCaps(r); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := checkNodeCap(p.Resources); err != nil {
+	if err := CheckNodeCap(p.Resources); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

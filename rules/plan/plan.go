@@ -1,4 +1,10 @@
-package rules
+// Package plan is the contract between deciding and serving: the Plan that
+// the rules engine makes for one Inventory, and everything the servers of a
+// plan (device plugins, NFD publishing, MPS daemons) need to read it: the
+// resource-name validator, the caps on sizes, and the table of sharing
+// strategies. It imports nothing of featureplug but discovery, so that the
+// servers never link the rules engine (NFD's evaluator, templates, YAML).
+package plan
 
 import "github.com/featureplug/featureplug/discovery"
 
@@ -12,38 +18,6 @@ const (
 	// DeviceMIG is a MIG device.
 	DeviceMIG DeviceKind = "mig"
 )
-
-// SharingStrategy says how one device is shared between containers.
-type SharingStrategy string
-
-// Sharing strategies.
-const (
-	SharingNone        SharingStrategy = "none"
-	SharingTimeSlicing SharingStrategy = "time-slicing"
-	SharingMPS         SharingStrategy = "mps"
-)
-
-// Sharing is how a resource's devices are shared.
-type Sharing struct {
-	// Strategy is none, time-slicing or mps. The zero value means none.
-	Strategy SharingStrategy `json:"strategy,omitempty"`
-	// Replicas is how many containers may share one device (>= 1).
-	Replicas int `json:"replicas,omitempty"`
-	// FailRequestsGreaterThanOne rejects requests for more than one replica.
-	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
-	// MPS holds the per-replica limits when Strategy is mps.
-	MPS *MPSLimits `json:"mps,omitempty"`
-}
-
-// MPSLimits are the per-replica MPS limits of a resource.
-type MPSLimits struct {
-	// PinnedMemoryLimitMiB is each client's device memory limit in MiB
-	// (default: the GPU's memory divided by the replicas).
-	PinnedMemoryLimitMiB uint64 `json:"pinnedMemoryLimitMiB,omitempty"`
-	// ActiveThreadPercentage is each client's share of the SMs
-	// (default: 100 divided by the replicas).
-	ActiveThreadPercentage int `json:"activeThreadPercentage,omitempty"`
-}
 
 // Plan is what the rules decided for one Inventory: the resources to serve
 // and, for every device, why it went where it went. Plans are plain values
