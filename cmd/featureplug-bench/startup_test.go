@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/plugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"github.com/featureplug/featureplug/rules"
@@ -78,12 +79,13 @@ func startAgentOnce(b *testing.B, node, rulesName string, want int) {
 	opts := plugin.DefaultOptions()
 	opts.KubeletDir = dir
 	a, err := agent.New(agent.Config{
-		NodeName: node,
-		Source:   src,
-		Rules:    rulesName,
-		Publish:  agent.PublishNone,
-		Plugin:   opts,
-		Logger:   slog.New(slog.DiscardHandler),
+		NodeName:    node,
+		Source:      src,
+		Rules:       rulesName,
+		RulesEngine: rulesengine.New(),
+		Publish:     agent.PublishNone,
+		Plugin:      opts,
+		Logger:      slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		b.Fatal(err)

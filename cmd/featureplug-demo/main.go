@@ -189,7 +189,16 @@ func (d *demo) waitReady(ctx context.Context) error {
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				// Ready means every resource is registered; the device
+				// lists follow on the kubelet's ListAndWatch streams.
+				return d.kubelet.WaitUntil(ctx, func() bool {
+					for _, res := range d.kubelet.Resources() {
+						if total, _ := d.kubelet.Capacity(res); total == 0 {
+							return false
+						}
+					}
+					return true
+				})
 			}
 		}
 		select {

@@ -21,6 +21,7 @@ import (
 	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin"
@@ -301,6 +302,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		Namespace:          f.namespace,
 		Source:             src,
 		Rules:              f.rules,
+		RulesEngine:        rulesengine.New(),
 		NodeLabels:         f.nodeLabels,
 		Publish:            agent.PublishMode(f.publish),
 		FeaturesFile:       f.featuresFile,

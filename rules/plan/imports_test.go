@@ -61,6 +61,9 @@ var importRules = []importRule{
 	}},
 	{module + "/labeler", "the labeler does not link NFD's rule evaluator", func(d string) bool { return under(d, nfdEvaluator) }},
 	{module + "/plugin", "the device plugins do not link NFD's rule evaluator", func(d string) bool { return under(d, nfdEvaluator) }},
+	{module + "/cmd/internal/agent", "the agent serves plans: it reads them through rules/plan and is given the rules engine (cmd/internal/rulesengine)", func(d string) bool {
+		return (under(d, module+"/rules") && !under(d, module+"/rules/plan")) || under(d, nfdEvaluator)
+	}},
 }
 
 // violations returns one line per package that breaks an import rule,
@@ -121,7 +124,7 @@ func goList(t *testing.T) []listedPackage {
 // when a package imports what docs/architecture.md says it must not.
 func TestImportRules(t *testing.T) {
 	pkgs := goList(t)
-	for _, want := range []string{"/discovery", "/rules", "/rules/plan", "/labeler", "/plugin", "/plugin/mps"} {
+	for _, want := range []string{"/discovery", "/rules", "/rules/plan", "/labeler", "/plugin", "/plugin/mps", "/cmd/internal/agent"} {
 		if !slices.ContainsFunc(pkgs, func(p listedPackage) bool { return p.ImportPath == module+want }) {
 			t.Fatalf("go list did not list %s%s", module, want)
 		}

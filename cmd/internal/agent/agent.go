@@ -34,7 +34,6 @@ import (
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin"
 	"github.com/featureplug/featureplug/plugin/mps"
-	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -68,6 +67,8 @@ type Config struct {
 	// Rules is a builtin rules name or a rules file path; "" means the
 	// builtin default. A file is watched and reloaded on change.
 	Rules string
+	// RulesEngine loads Rules (see rulesengine.go); required.
+	RulesEngine RulesEngine
 	// NodeLabels are node labels the rules' node selectors see in addition
 	// to the Node object's labels (when Kube is set).
 	NodeLabels map[string]string
@@ -154,7 +155,7 @@ type Agent struct {
 	// State owned by the loop goroutine.
 	inv        *discovery.Inventory
 	lib        nvml.Interface
-	ruleSet    *rules.RuleSet
+	ruleSet    RuleSet
 	plan       *plan.Plan
 	nodeLabels map[string]string
 	stopHealth context.CancelFunc
@@ -175,6 +176,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.NodeName == "" {
 		return nil, errors.New("--node-name: empty (set it or NODE_NAME)")
+	}
+	if !cfg.RulesEngine.complete() {
+		return nil, errors.New("agent: no rules engine")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -381,7 +385,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// its periodic check (see fileWatcher).
 	rulesSnaps := make(chan fileSnapshot, 1)
 	if path, ok := a.rulesFile(); ok {
-		fw := a.newFileWatcher(path, "rules file", rules.MaxFileSize, "rules", a.rulesKick)
+		fw := a.newFileWatcher(path, "rules file", a.cfg.RulesEngine.MaxFileSize, "rules", a.rulesKick)
 		goRun("rules watcher", func(ctx context.Context) error { return fw.Run(ctx, rulesSnaps) })
 	}
 	featureSnaps := make(chan fileSnapshot, 1)
@@ -481,7 +485,7 @@ func (a *Agent) rulesFile() (string, bool) {
 	if a.cfg.Rules == "" {
 		return "", false
 	}
-	for _, name := range rules.BuiltinNames() {
+	for _, name := range a.cfg.RulesEngine.Builtins {
 		if name == a.cfg.Rules {
 			return "", false
 		}
@@ -587,7 +591,7 @@ func withLogger(o discovery.HealthOptions, log *slog.Logger) discovery.HealthOpt
 // returns whether the rules changed.
 func (a *Agent) loadRules(ctx context.Context) bool {
 	if path, ok := a.rulesFile(); ok {
-		s, settled := readStable(ctx, clock.RealClock{}, path, rules.MaxFileSize, a.fileSettle())
+		s, settled := readStable(ctx, clock.RealClock{}, path, a.cfg.RulesEngine.MaxFileSize, a.fileSettle())
 		if !settled {
 			a.log.Warn("rules file is still changing; it is applied once it settles", "rules", path)
 			return false
@@ -595,9 +599,9 @@ func (a *Agent) loadRules(ctx context.Context) bool {
 		return a.applyRulesSnapshot(ctx, s)
 	}
 	if a.cfg.Rules == "" {
-		return a.acceptRules(ctx, rules.Default(), nil)
+		return a.acceptRules(ctx, a.cfg.RulesEngine.Default(), nil)
 	}
-	rs, err := rules.Load(a.cfg.Rules)
+	rs, err := a.cfg.RulesEngine.Load(a.cfg.Rules)
 	return a.acceptRules(ctx, rs, err)
 }
 
@@ -637,7 +641,7 @@ func (a *Agent) applyRulesSnapshot(ctx context.Context, s fileSnapshot) bool {
 	} else if a.ruleSet != nil {
 		a.log.Info("rules file changed", "rules", a.cfg.Rules)
 	}
-	rs, err := rules.Parse(a.cfg.Rules, s.Data)
+	rs, err := a.cfg.RulesEngine.Parse(a.cfg.Rules, s.Data)
 	return a.acceptRules(ctx, rs, err)
 }
 
@@ -663,7 +667,7 @@ func (a *Agent) servingDescription() string {
 }
 
 // acceptRules takes a loaded rule set, or reports why it cannot be taken.
-func (a *Agent) acceptRules(ctx context.Context, rs *rules.RuleSet, err error) bool {
+func (a *Agent) acceptRules(ctx context.Context, rs RuleSet, err error) bool {
 	if err != nil {
 		a.metrics.ruleReloads.WithLabelValues("invalid").Inc()
 		a.reportRuleError(ctx, "InvalidRules", err)

@@ -43,7 +43,7 @@ func TestHealthzFailsWhenTheHealthWatcherStops(t *testing.T) {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	a, err := New(Config{
-		NodeName: "unit", Source: noEventsSource{src}, Rules: "none",
+		NodeName: "unit", Source: noEventsSource{src}, Rules: "none", RulesEngine: testRulesEngine(),
 		Plugin: plugin.Options{KubeletDir: dir},
 	})
 	if err != nil {

@@ -100,7 +100,7 @@ rules:
 	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-1"}})
 	records := make(kubeRecords, 1000)
 	a, err := New(Config{
-		NodeName: "n", Source: src, Rules: rulesPath, Kube: kube,
+		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kube,
 		Plugin: plugin.Options{KubeletDir: t.TempDir()},
 		// Rediscovery never comes: only the watch can bring the label.
 		RediscoverInterval: time.Hour,

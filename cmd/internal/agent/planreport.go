@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -80,7 +79,7 @@ func (a *Agent) reportPlanProblems(ctx context.Context, plan *plan.Plan) {
 // claim. Invalid rules keep the last good ones; with none yet (the first
 // load) they are kept, so that a later discovery can plan with them, and
 // replan reports why nothing serves.
-func (a *Agent) takeRules(ctx context.Context, rs *rules.RuleSet) bool {
+func (a *Agent) takeRules(ctx context.Context, rs RuleSet) bool {
 	a.planReporter()
 	prev := a.ruleSet
 	if a.inv == nil {

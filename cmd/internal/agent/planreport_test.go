@@ -49,7 +49,8 @@ func TestPlanReport(t *testing.T) {
 	var logs bytes.Buffer
 	a, err := New(Config{
 		NodeName: "n", Source: src, Plugin: plugin.Options{KubeletDir: t.TempDir()},
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		RulesEngine: testRulesEngine(),
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
