@@ -70,13 +70,7 @@ func gpuIDs(idx ...int) []string {
 //     6x1810.
 func TestPreferredWholeGPUs(t *testing.T) {
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
-	tests := []struct {
-		name      string
-		available []int
-		must      []int
-		size      int
-		want      []int
-	}{
+	tests := []preferredCase{
 		{"size 2 within a socket", all, nil, 2, []int{0, 1}},
 		{"size 4 is a whole socket", all, nil, 4, []int{0, 1, 2, 3}},
 		{"size 8 takes all", all, nil, 8, all},
@@ -90,18 +84,7 @@ func TestPreferredWholeGPUs(t *testing.T) {
 		{"size 5 spans sockets", all, nil, 5, []int{0, 1, 2, 3, 4}},
 		{"duplicates in available are ignored", []int{6, 6, 7, 7}, nil, 2, []int{6, 7}},
 	}
-	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], bundledLinks(t, "dgx-h100"))
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ds.preferred(gpuIDs(tt.available...), gpuIDs(tt.must...), tt.size, ReplicasDistributed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := gpuIDs(tt.want...); !slices.Equal(got, want) {
-				t.Errorf("preferred = %v, want GPUs %v", got, tt.want)
-			}
-		})
-	}
+	runPreferredCases(t, "dgx-h100", tests)
 }
 
 // TestPreferredPCIePairs picks on an HGX B200 server (bundled hgx-b200):
@@ -118,13 +101,7 @@ func TestPreferredWholeGPUs(t *testing.T) {
 //   - size 3 from all: {0,1,x}: 1850 + 2x1820 with x = 2, the lowest.
 func TestPreferredPCIePairs(t *testing.T) {
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
-	tests := []struct {
-		name      string
-		available []int
-		must      []int
-		size      int
-		want      []int
-	}{
+	tests := []preferredCase{
 		{"size 2 is a switch pair", all, nil, 2, []int{0, 1}},
 		{"size 2 without 0 is the next pair", all[1:], nil, 2, []int{2, 3}},
 		{"size 2 without pairs stays on a socket", []int{1, 2, 4, 6}, nil, 2, []int{1, 2}},
@@ -132,18 +109,7 @@ func TestPreferredPCIePairs(t *testing.T) {
 		{"must-include takes its switch partner", all, []int{3}, 2, []int{2, 3}},
 		{"size 3 is a pair and a neighbour", all, nil, 3, []int{0, 1, 2}},
 	}
-	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], bundledLinks(t, "hgx-b200"))
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ds.preferred(gpuIDs(tt.available...), gpuIDs(tt.must...), tt.size, ReplicasDistributed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := gpuIDs(tt.want...); !slices.Equal(got, want) {
-				t.Errorf("preferred = %v, want GPUs %v", got, tt.want)
-			}
-		})
-	}
+	runPreferredCases(t, "hgx-b200", tests)
 }
 
 func TestPreferredNUMATieBreak(t *testing.T) {
@@ -329,5 +295,33 @@ func TestPreferredOverGRPC(t *testing.T) {
 	_, err := e.kubelet.GetPreferredAllocation(e.ctx(), "nvidia.com/gpu", all[:2], nil, 3)
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("impossible request: error %v, want InvalidArgument", err)
+	}
+}
+
+// preferredCase is one pick of eight whole GPUs: from available, with
+// must, of size; want are GPU indexes.
+type preferredCase struct {
+	name      string
+	available []int
+	must      []int
+	size      int
+	want      []int
+}
+
+// runPreferredCases picks on eight whole GPUs with the links of a bundled
+// fake node.
+func runPreferredCases(t *testing.T, node string, tests []preferredCase) {
+	t.Helper()
+	ds := newDeviceSet(h100Plan("nvidia.com/gpu").Resources[0], bundledLinks(t, node))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ds.preferred(gpuIDs(tt.available...), gpuIDs(tt.must...), tt.size, ReplicasDistributed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := gpuIDs(tt.want...); !slices.Equal(got, want) {
+				t.Errorf("preferred = %v, want GPUs %v", got, tt.want)
+			}
+		})
 	}
 }

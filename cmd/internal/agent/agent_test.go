@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -49,15 +48,7 @@ func TestHealthzFailsWhenTheHealthWatcherStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runAgent(t, a)
 
 	srv := httptest.NewServer(a.handler())
 	defer srv.Close()

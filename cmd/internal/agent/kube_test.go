@@ -109,15 +109,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := runAgent(t, a)
 	kubeWaitRecord(t, records, "plan applied", "trigger=start", "nvidia.com/gpu:8")
 
 	node, err := kube.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})

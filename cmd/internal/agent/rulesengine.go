@@ -34,3 +34,29 @@ type RulesEngine struct {
 func (e RulesEngine) complete() bool {
 	return e.Default != nil && e.Load != nil && e.Parse != nil && e.MaxFileSize > 0
 }
+
+// NewRulesEngine builds a RulesEngine from a rules package's functions,
+// whatever its concrete rule-set type R: a failed Load or Parse gives a nil
+// RuleSet, never an interface holding a nil R.
+func NewRulesEngine[R RuleSet](def func() R, load func(string) (R, error), parse func(string, []byte) (R, error),
+	builtins []string, maxFileSize int64) RulesEngine {
+	return RulesEngine{
+		Default: func() RuleSet { return def() },
+		Load: func(nameOrPath string) (RuleSet, error) {
+			rs, err := load(nameOrPath)
+			if err != nil {
+				return nil, err
+			}
+			return rs, nil
+		},
+		Parse: func(source string, data []byte) (RuleSet, error) {
+			rs, err := parse(source, data)
+			if err != nil {
+				return nil, err
+			}
+			return rs, nil
+		},
+		Builtins:    builtins,
+		MaxFileSize: maxFileSize,
+	}
+}

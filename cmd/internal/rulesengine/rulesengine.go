@@ -10,23 +10,5 @@ import (
 
 // New returns the rules package as the agent's RulesEngine.
 func New() agent.RulesEngine {
-	return agent.RulesEngine{
-		Default: func() agent.RuleSet { return rules.Default() },
-		Load: func(nameOrPath string) (agent.RuleSet, error) {
-			rs, err := rules.Load(nameOrPath)
-			if err != nil {
-				return nil, err // a nil interface, not a typed nil
-			}
-			return rs, nil
-		},
-		Parse: func(source string, data []byte) (agent.RuleSet, error) {
-			rs, err := rules.Parse(source, data)
-			if err != nil {
-				return nil, err
-			}
-			return rs, nil
-		},
-		Builtins:    rules.BuiltinNames(),
-		MaxFileSize: rules.MaxFileSize,
-	}
+	return agent.NewRulesEngine(rules.Default, rules.Load, rules.Parse, rules.BuiltinNames(), rules.MaxFileSize)
 }
