@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -193,35 +194,62 @@ func (fw *fileWatcher) Run(ctx context.Context, out chan fileSnapshot) error {
 		}
 	}()
 
+	// armed maps each watched directory to the identity of the directory
+	// the watch was put on, so that one deleted and re-created under the
+	// same name (whose old watch fsnotify may not have dropped yet) is
+	// watched afresh.
+	armed := map[string]dirID{}
 	// arm watches the directories the file now depends on; it returns
 	// whether it added a watch (a change made there before cannot have
-	// been seen).
+	// been seen). arm chooses again while the directories change under
+	// it (one vanishes before it is watched, or one toward the file
+	// appears before its parent is watched), so that the watches always
+	// end on the nearest existing ancestors.
 	arm := func() (added bool) {
 		if w == nil {
 			return false
 		}
-		want := watchDirs(fw.path)
-		for _, d := range w.WatchList() {
-			if !want[d] {
-				_ = w.Remove(d) // gone already when the directory was deleted
+		for range maxArmTries {
+			want := watchDirs(fw.path)
+			for d := range armed {
+				if !want[d] {
+					_ = w.Remove(d) // gone already when the directory was deleted
+					delete(armed, d)
+				}
+			}
+			again := false
+			for d := range want {
+				id, ok := statDirID(d)
+				if !ok {
+					again = true // removed since watchDirs looked
+					continue
+				}
+				if prev, ok := armed[d]; ok && prev == id {
+					continue
+				}
+				_ = w.Remove(d) // the watch on an earlier directory of that name, if any
+				delete(armed, d)
+				if err := w.Add(d); err != nil {
+					if errors.Is(err, fs.ErrNotExist) {
+						again = true
+						continue
+					}
+					// Out of inotify watches: the next event or check
+					// re-arms.
+					log.Debug("cannot watch directory", "dir", d, "err", err)
+					continue
+				}
+				armed[d] = id
+				added = true
+			}
+			// A directory on the way may have appeared before its
+			// parent's watch was in place, with no event for it: done
+			// only when the choice still stands.
+			if !again && sameKeys(watchDirs(fw.path), armed) {
+				return added
 			}
 		}
-		have := map[string]bool{}
-		for _, d := range w.WatchList() {
-			have[d] = true
-		}
-		for d := range want {
-			if have[d] {
-				continue
-			}
-			if err := w.Add(d); err != nil {
-				// Removed in between, or out of inotify watches: the
-				// next event or check re-arms.
-				log.Debug("cannot watch directory", "dir", d, "err", err)
-				continue
-			}
-			added = true
-		}
+		log.Debug("the " + fw.what + "'s directories keep changing; the next event or check re-arms")
 		return added
 	}
 
@@ -352,6 +380,39 @@ func watchDirs(path string) map[string]bool {
 	}
 	delete(dirs, "")
 	return dirs
+}
+
+// sameKeys reports whether the directories wanted are exactly those armed.
+func sameKeys(want map[string]bool, armed map[string]dirID) bool {
+	if len(want) != len(armed) {
+		return false
+	}
+	for d := range want {
+		if _, ok := armed[d]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// maxArmTries bounds the retries of one arm while the directories toward
+// the file are being deleted or created under it.
+const maxArmTries = 64
+
+// dirID identifies a directory by device and inode.
+type dirID struct{ dev, ino uint64 }
+
+// statDirID returns the identity of the directory at path; ok is false when
+// path is not a directory (any more).
+func statDirID(path string) (id dirID, ok bool) {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.IsDir() {
+		return dirID{}, false
+	}
+	if st, isStat := fi.Sys().(*syscall.Stat_t); isStat {
+		id = dirID{dev: uint64(st.Dev), ino: st.Ino} //nolint:unconvert // Dev is uint32 on some platforms
+	}
+	return id, true
 }
 
 // nearestExistingDir returns dir, or its nearest ancestor that exists and

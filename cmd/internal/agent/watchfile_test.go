@@ -76,6 +76,9 @@ func startWatch(t *testing.T, fw *fileWatcher) *watchTest {
 	if fw.what == "" {
 		fw.what = "test file"
 	}
+	if fw.log == nil {
+		fw.log = slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	wt := &watchTest{t: t, out: make(chan fileSnapshot, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -408,4 +411,13 @@ func TestReadStable(t *testing.T) {
 	if r := <-done; !r.ok || string(r.s.Data) != strings.Repeat("x", steps+1) {
 		t.Errorf("readStable of an unchanged file = %q, %v; want its content, true", r.s.Data, r.ok)
 	}
+}
+
+// testLogWriter sends the watcher's debug log to the test log, shown when a
+// test fails.
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
