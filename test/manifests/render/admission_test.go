@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/cel/environment"
 )
 
@@ -98,6 +100,22 @@ func agentOn(node string) user.Info {
 	}
 }
 
+// rbacStandIn answers the policy's authorizer checks as the shipped RBAC
+// does: the agent's service account holds the marker right in its
+// namespace (its Role), system:masters hold every right, nobody else any.
+// test/e2e/secure_admission_test.go checks the same against kube-apiserver.
+var rbacStandIn = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	u := a.GetUser()
+	if slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup) {
+		return authorizer.DecisionAllow, "", nil
+	}
+	if u.GetName() == "system:serviceaccount:"+namespace+":"+name && a.GetNamespace() == namespace &&
+		a.GetAPIGroup() == "featureplug.io" && a.GetResource() == "agents" && a.GetVerb() == "publish-own-nodefeature" {
+		return authorizer.DecisionAllow, "", nil
+	}
+	return authorizer.DecisionNoOpinion, "", nil
+})
+
 // TestAdmissionPolicy evaluates the shipped ValidatingAdmissionPolicy with
 // kube-apiserver's own admission CEL machinery: each node's agent may
 // create and update only its own node's NodeFeature; everyone else is not
@@ -174,7 +192,7 @@ func TestAdmissionPolicy(t *testing.T) {
 			if old != nil {
 				va.VersionedOldObject = admission.NewLazyObject(old)
 			}
-			res := validator.Validate(context.Background(), nodeFeatureGVR, va, nil, nil, celconfig.RuntimeCELCostBudget, nil)
+			res := validator.Validate(context.Background(), nodeFeatureGVR, va, nil, nil, celconfig.RuntimeCELCostBudget, rbacStandIn)
 
 			if matched := len(res.Decisions) > 0; matched != tc.wantMatch {
 				t.Fatalf("policy applied: %v, want %v (decisions %+v)", matched, tc.wantMatch, res.Decisions)
@@ -211,7 +229,7 @@ func TestAdmissionPolicyCompileErrorsAreReported(t *testing.T) {
 			p.Spec.Validations[0].Expression = "variables.requestNode +"
 		},
 		func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-			p.Spec.MatchConditions[0].Expression = "request.user == 1"
+			p.Spec.MatchConditions[0].Expression = "authorizer.group('featureplug.io').check(1)"
 		},
 	} {
 		objs := kustomize(t, "overlays/nodefeature")

@@ -83,6 +83,9 @@ func TestAgentContract(t *testing.T) {
 			return composed(t, "overlays/nodefeature", "components/mps", "components/cdi")
 		},
 		"helm defaults": func(t *testing.T) []*unstructured.Unstructured { return helm(t, nil) },
+		"kustomize nodefeature + driver-container + mig-monitor": func(t *testing.T) []*unstructured.Unstructured {
+			return composed(t, "overlays/nodefeature", "components/driver-container", "components/mig-monitor")
+		},
 		"helm publish=file, mps, cdi, driverRoot": func(t *testing.T) []*unstructured.Unstructured {
 			return helm(t, map[string]any{
 				"publish": "file", "mps": map[string]any{"enabled": true},
@@ -133,8 +136,17 @@ func TestAgentContract(t *testing.T) {
 			if len(c.Args) == 0 || c.Args[0] != "run" {
 				t.Errorf("args %v do not start with run", c.Args)
 			}
-			if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
-				t.Errorf("the agent must run privileged to see the host's /dev/nvidia*")
+			// NVML from the NVIDIA runtime, or, privileged, from a driver root
+			// (test/e2e/secure_manifests_test.go checks each privilege).
+			privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+			_, driverRoot := flagValue(c.Args, "driver-root")
+			switch {
+			case driverRoot && !privileged:
+				t.Errorf("--driver-root without privileged: the container would not see the host's /dev/nvidia*")
+			case !driverRoot && (pod.RuntimeClassName == nil || *pod.RuntimeClassName == ""):
+				t.Errorf("neither a runtimeClassName nor --driver-root: the agent would find no NVML")
+			case !driverRoot && privileged:
+				t.Errorf("privileged without --driver-root: the NVIDIA runtime needs no privilege")
 			}
 
 			// Probes on the port --metrics-addr listens on.
@@ -228,17 +240,21 @@ func checkPaths(t *testing.T, objs []*unstructured.Unstructured, ds *appsv1.Daem
 	} else if hp := hostPathAt("kubelet-dir", dir, false); hp != dir {
 		t.Errorf("--kubelet-dir=%s is host path %q", dir, hp)
 	}
-	if root, _ := flagValue(c.Args, "driver-root"); root != "/host" {
+	// A driver root only where one is configured, read-only.
+	if root, ok := flagValue(c.Args, "driver-root"); !ok {
+		if mountAt(c, "/host") != nil {
+			t.Errorf("/host is mounted without --driver-root")
+		}
+	} else if root != "/host" {
 		t.Errorf("--driver-root=%q, want /host", root)
 	} else if m := mountAt(c, root); m == nil || m.MountPropagation == nil || *m.MountPropagation != "HostToContainer" {
 		t.Errorf("driver root mount %+v: want HostToContainer propagation", m)
 	} else {
 		hostPathAt("driver-root", root, true)
 	}
-	if root, ok := flagValue(c.Args, "sysfs-root"); !ok {
-		t.Errorf("no --sysfs-root in %v", c.Args)
-	} else if hp := hostPathAt("sysfs-root", filepath.Join(root, "sys"), true); hp != "/sys" {
-		t.Errorf("--sysfs-root=%s: %s/sys is host path %q, want /sys", root, root, hp)
+	// NUMA nodes come from the container's own /sys.
+	if root, ok := flagValue(c.Args, "sysfs-root"); ok {
+		t.Errorf("--sysfs-root=%s: the container's /sys shows the host's PCI devices; no host /sys is needed", root)
 	}
 
 	// Rules: a ConfigMap mounted as a directory holding the file.
@@ -262,24 +278,38 @@ func checkPaths(t *testing.T, objs []*unstructured.Unstructured, ds *appsv1.Daem
 		}
 	}
 	if root, ok := flagValue(c.Args, "mps-root"); ok {
-		if !pod.HostIPC {
-			t.Errorf("--mps-root is set but the pod does not run in the host's IPC namespace")
-		}
 		if hp := hostPathAt("mps-root", root, false); hp != root {
 			t.Errorf("--mps-root=%s is host path %q (Allocate mounts the same path into workloads)", root, hp)
 		}
-	} else if pod.HostIPC {
-		t.Errorf("hostIPC without MPS")
+		// The daemons the agent starts share memory with the workloads
+		// through /dev/shm, which Allocate mounts from <mps-root>/shm.
+		if hp := hostPathAt("mps-root", "/dev/shm", false); hp != root+"/shm" {
+			t.Errorf("/dev/shm is host path %q, want %s/shm (the workloads' /dev/shm)", hp, root)
+		}
+	} else if mountAt(c, "/dev/shm") != nil {
+		t.Errorf("/dev/shm is mounted without MPS")
 	}
+	if pod.HostIPC {
+		t.Errorf("hostIPC: MPS shares /dev/shm through <mps-root>/shm instead")
+	}
+	// CDI: the agent writes the specs into --cdi-spec-dir, a writable
+	// mount of the same host path.
 	if s, _ := flagValue(c.Args, "device-list-strategy"); strings.Contains(s, "cdi-") {
-		hostPathAt("device-list-strategy", "/var/run/cdi", true)
+		if dir, ok := flagValue(c.Args, "cdi-spec-dir"); !ok {
+			t.Errorf("a CDI strategy without --cdi-spec-dir")
+		} else if hp := hostPathAt("cdi-spec-dir", dir, false); hp != dir {
+			t.Errorf("--cdi-spec-dir=%s is host path %q", dir, hp)
+		}
 	} else if mountAt(c, "/var/run/cdi") != nil {
 		t.Errorf("/var/run/cdi is mounted without a CDI device list strategy")
+	} else if dir, ok := flagValue(c.Args, "cdi-spec-dir"); ok {
+		t.Errorf("--cdi-spec-dir=%s without a CDI device list strategy", dir)
 	}
 }
 
 // TestRBACIsMinimal checks the agent's rights: NodeFeatures in its
-// namespace, read-only Nodes, Events, and nothing else.
+// namespace (and the admission policy's marker), read-only Nodes, Events,
+// and nothing else. test/e2e/secure_rbac_test.go shows each is used.
 func TestRBACIsMinimal(t *testing.T) {
 	objs := kustomize(t, "overlays/nodefeature")
 	type rule struct{ groups, resources, verbs []string }
@@ -298,11 +328,14 @@ func TestRBACIsMinimal(t *testing.T) {
 		return out
 	}
 	want := map[string][]rule{
-		"Role": {{[]string{"nfd.k8s-sigs.io"}, []string{"nodefeatures"},
-			[]string{"get", "list", "watch", "create", "update", "patch"}}},
+		"Role": {
+			{[]string{"nfd.k8s-sigs.io"}, []string{"nodefeatures"}, []string{"get", "create", "patch"}},
+			{[]string{""}, []string{"pods"}, []string{"get"}},
+			{[]string{"featureplug.io"}, []string{"agents"}, []string{"publish-own-nodefeature"}},
+		},
 		"ClusterRole": {
 			{[]string{""}, []string{"nodes"}, []string{"get", "list", "watch"}},
-			{[]string{"", "events.k8s.io"}, []string{"events"}, []string{"create", "patch"}},
+			{[]string{""}, []string{"events"}, []string{"create", "patch"}},
 		},
 	}
 	for kind, w := range want {
@@ -339,16 +372,17 @@ func TestRBACIsMinimal(t *testing.T) {
 	}
 }
 
-// TestAdmissionPolicyNamesTheAgent checks that the policy's match condition
-// names the rendered service account (a namespace change that forgets the
-// policy would silently switch it off) and that its binding denies.
-func TestAdmissionPolicyNamesTheAgent(t *testing.T) {
+// TestAdmissionPolicyNamesNoOne checks that the policy recognizes the agent
+// by its Role's marker right, never by a service-account name or namespace
+// (a renaming that forgot the policy would silently switch it off), that
+// the Role carries that right, and that its binding denies.
+func TestAdmissionPolicyNamesNoOne(t *testing.T) {
 	for label, objs := range map[string][]*unstructured.Unstructured{
 		"kustomize": kustomize(t, "overlays/nodefeature"),
 		"helm":      helm(t, nil),
 		"helm in another namespace": func() []*unstructured.Unstructured {
 			o, err := Helm(filepath.Join(manifestsDir(t), "helm", "featureplug"), "gpu", "gpu-system",
-				map[string]any{"serviceAccount": map[string]any{"name": "agent"}})
+				map[string]any{"serviceAccount": map[string]any{"name": "agent"}, "fullnameOverride": "featureplug"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -356,20 +390,36 @@ func TestAdmissionPolicyNamesTheAgent(t *testing.T) {
 		}(),
 	} {
 		t.Run(label, func(t *testing.T) {
-			var sa *unstructured.Unstructured
-			for _, o := range objs {
-				if o.GetKind() == "ServiceAccount" {
-					sa = o
-				}
-			}
-			if sa == nil {
-				t.Fatal("no ServiceAccount")
-			}
 			policy := find(t, objs, "ValidatingAdmissionPolicy", policyName)
 			conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
-			want := "request.userInfo.username == 'system:serviceaccount:" + sa.GetNamespace() + ":" + sa.GetName() + "'"
-			if len(conds) != 1 || conds[0].(map[string]any)["expression"] != want {
-				t.Errorf("matchConditions %v, want the one expression %s", conds, want)
+			var exprs []string
+			for _, c := range conds {
+				exprs = append(exprs, c.(map[string]any)["expression"].(string))
+			}
+			joined := strings.Join(exprs, "\n")
+			if !strings.Contains(joined, "check('publish-own-nodefeature').allowed()") {
+				t.Errorf("matchConditions %q do not ask the authorizer for the marker right", exprs)
+			}
+			if strings.Contains(joined, "system:serviceaccount") || strings.Contains(joined, "username") {
+				t.Errorf("matchConditions %q name a user", exprs)
+			}
+			var role *unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() == "Role" {
+					role = o
+				}
+			}
+			if role == nil {
+				t.Fatal("no Role")
+			}
+			rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+			marker := false
+			for _, r := range rules {
+				verbs, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "verbs")
+				marker = marker || slices.Contains(verbs, "publish-own-nodefeature")
+			}
+			if !marker {
+				t.Errorf("Role %s lacks the marker right: %v", role.GetName(), rules)
 			}
 			binding := find(t, objs, "ValidatingAdmissionPolicyBinding", policyName)
 			ref, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName")

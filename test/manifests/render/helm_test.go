@@ -53,6 +53,20 @@ func TestHelmMatchesKustomize(t *testing.T) {
 			},
 		},
 		{
+			name:   "driverRoot=/ = overlays/nodefeature + components/driver-root",
+			values: map[string]any{"driverRoot": "/"},
+			kustomize: func(t *testing.T) []*unstructured.Unstructured {
+				return composed(t, "overlays/nodefeature", "components/driver-root")
+			},
+		},
+		{
+			name:   "migMonitorDevices = overlays/nodefeature + components/mig-monitor",
+			values: map[string]any{"migMonitorDevices": true},
+			kustomize: func(t *testing.T) []*unstructured.Unstructured {
+				return composed(t, "overlays/nodefeature", "components/mig-monitor")
+			},
+		},
+		{
 			name:   "cdi-annotations = overlays/nodefeature + components/cdi",
 			values: map[string]any{"deviceListStrategy": []any{"cdi-annotations"}},
 			kustomize: func(t *testing.T) []*unstructured.Unstructured {
@@ -65,7 +79,9 @@ func TestHelmMatchesKustomize(t *testing.T) {
 			if !tc.namespace {
 				want = withoutNamespace(want)
 			}
-			got := helm(t, tc.values)
+			// Helm's own labels (chart, instance, version, managed-by)
+			// are checked in test/e2e/secure_manifests_test.go.
+			got := withoutHelmLabels(helm(t, tc.values))
 			diffs, err := manifests.Diff(want, got)
 			if err != nil {
 				t.Fatal(err)
@@ -91,7 +107,6 @@ func TestHelmValuesReachFlags(t *testing.T) {
 		"fakeNode":             "dgx-a100",
 		"driverRoot":           "/run/nvidia/driver",
 		"nvmlLibrary":          "/host/usr/lib64/libnvidia-ml.so.1",
-		"sysfsRoot":            "/",
 		"rediscoverInterval":   "1m",
 		"rules":                map[string]any{"builtin": "per-model"},
 		"nodeLabels":           map[string]any{"pool": "inference", "example.com/rack": "r7"},
@@ -117,7 +132,6 @@ func TestHelmValuesReachFlags(t *testing.T) {
 		"fake-node":             "dgx-a100",
 		"driver-root":           "/host",
 		"nvml-library":          "/host/usr/lib64/libnvidia-ml.so.1",
-		"sysfs-root":            "/host-sys",
 		"rules":                 "per-model",
 		"node-labels":           "example.com/rack=r7,pool=inference",
 		"publish":               "file",
@@ -129,6 +143,7 @@ func TestHelmValuesReachFlags(t *testing.T) {
 		"device-id-strategy":    "index",
 		"cdi-kind":              "example.com/gpu",
 		"cdi-annotation-prefix": "cdi.example.com/",
+		"cdi-spec-dir":          "/var/run/cdi",
 		"replica-policy":        "packed",
 		"health-recovery":       "10m",
 		"ignored-xids":          "13,43",
@@ -172,7 +187,7 @@ func TestHelmValuesReachFlags(t *testing.T) {
 		f, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		flags = append(flags, f)
 	}
-	wantDefault := []string{"driver-root", "sysfs-root", "kubelet-dir", "rules", "metrics-addr", "state-dir", "publish"}
+	wantDefault := []string{"kubelet-dir", "rules", "metrics-addr", "state-dir", "publish"}
 	if !slices.Equal(flags, wantDefault) {
 		t.Errorf("default flags %v, want %v", flags, wantDefault)
 	}
@@ -244,6 +259,7 @@ func TestHelmRejectsBadValues(t *testing.T) {
 		{map[string]any{"ignoredXIDs": []any{"13"}}, "ignoredXIDs"},
 		{map[string]any{"metricsPort": 0}, "metricsPort"},
 		{map[string]any{"driverRoot": "run/nvidia/driver"}, "driverRoot"},
+		{map[string]any{"sysfsRoot": "/"}, "sysfsRoot"},
 		{map[string]any{"replicaPolicy": "spread"}, "replicaPolicy"},
 		{map[string]any{"publsh": "file"}, "publsh"},
 	} {

@@ -162,3 +162,30 @@ func withoutNamespace(objs []*unstructured.Unstructured) []*unstructured.Unstruc
 	}
 	return out
 }
+
+// helmOnlyLabels are the labels Helm's conventions add that the kustomize
+// manifests do not carry.
+var helmOnlyLabels = []string{"helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by"}
+
+// withoutHelmLabels drops helmOnlyLabels from every object's labels and,
+// for a DaemonSet, from its selector and pod template.
+func withoutHelmLabels(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
+		o = o.DeepCopy()
+		for _, path := range [][]string{
+			{"metadata", "labels"}, {"spec", "selector", "matchLabels"}, {"spec", "template", "metadata", "labels"},
+		} {
+			m, found, _ := unstructured.NestedStringMap(o.Object, path...)
+			if !found || (len(path) > 2 && o.GetKind() != "DaemonSet") {
+				continue
+			}
+			for _, l := range helmOnlyLabels {
+				delete(m, l)
+			}
+			_ = unstructured.SetNestedStringMap(o.Object, m, path...)
+		}
+		out[i] = o
+	}
+	return out
+}
