@@ -103,7 +103,7 @@ func newNFHarness(t *testing.T, objects ...runtime.Object) *nfHarness {
 		kube: kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}}),
 	}
 	serveApply(h.nfd)
-	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: h.nfd, Kube: h.kube})
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func TestNodeFeatureRestartWritesNothing(t *testing.T) {
 	if err := h.pub.Publish(ctx, testContent()); err != nil {
 		t.Fatal(err)
 	}
-	again, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: h.nfd, Kube: h.kube})
+	again, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func TestNodeFeatureNotOurs(t *testing.T) {
 		{"no marker", existing(map[string]string{NodeNameLabel: testNode}), ManagedByLabel},
 		{"other manager", existing(map[string]string{NodeNameLabel: testNode, ManagedByLabel: "gpu-feature-discovery"}), `"gpu-feature-discovery"`},
 		{"other node", existing(map[string]string{NodeNameLabel: "other", ManagedByLabel: ManagedByValue}), `"other"`},
-		{"owned by a pod", existing(ours, metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "nfd-worker-x", UID: "u"}), `Pod "nfd-worker-x"`},
+		{"owned by a replica set", existing(ours, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nfd-x", UID: "u"}), `ReplicaSet "nfd-x"`},
 		{"owned by another node", existing(ours, metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "other", UID: "u"}), `Node "other"`},
 	}
 	for _, tt := range tests {
@@ -499,7 +499,7 @@ func TestNodeFeatureCRDMissing(t *testing.T) {
 
 func TestNodeFeatureNodeMissing(t *testing.T) {
 	nfd := newNFDFake()
-	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: "ghost", Namespace: testNamespace, NFD: nfd, Kube: kubefake.NewClientset()})
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: "ghost", Namespace: testNamespace, NFD: nfdOf(nfd), Kube: nodesOf(kubefake.NewClientset())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,11 +550,11 @@ func TestNewNodeFeaturePublisherErrors(t *testing.T) {
 		cfg  NodeFeatureConfig
 		want string
 	}{
-		{"no NFD client", NodeFeatureConfig{NodeName: "n", Namespace: "ns", Kube: kube}, "NFD client"},
-		{"no kube client", NodeFeatureConfig{NodeName: "n", Namespace: "ns", NFD: nfd}, "Kubernetes client"},
-		{"bad node name", NodeFeatureConfig{NodeName: "Node_1", Namespace: "ns", NFD: nfd, Kube: kube}, `node name "Node_1"`},
-		{"node name too long for a label", NodeFeatureConfig{NodeName: strings.Repeat("a", 64), Namespace: "ns", NFD: nfd, Kube: kube}, NodeNameLabel},
-		{"bad namespace", NodeFeatureConfig{NodeName: "n", Namespace: "", NFD: nfd, Kube: kube}, `namespace ""`},
+		{"no NFD client", NodeFeatureConfig{NodeName: "n", Namespace: "ns", Kube: nodesOf(kube)}, "NFD client"},
+		{"no kube client", NodeFeatureConfig{NodeName: "n", Namespace: "ns", NFD: nfdOf(nfd)}, "Kubernetes client"},
+		{"bad node name", NodeFeatureConfig{NodeName: "Node_1", Namespace: "ns", NFD: nfdOf(nfd), Kube: nodesOf(kube)}, `node name "Node_1"`},
+		{"node name too long for a label", NodeFeatureConfig{NodeName: strings.Repeat("a", 64), Namespace: "ns", NFD: nfdOf(nfd), Kube: nodesOf(kube)}, NodeNameLabel},
+		{"bad namespace", NodeFeatureConfig{NodeName: "n", Namespace: "", NFD: nfdOf(nfd), Kube: nodesOf(kube)}, `namespace ""`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -570,7 +570,7 @@ func BenchmarkNodeFeaturePublishUnchanged(b *testing.B) {
 	nfd := newNFDFake()
 	serveApply(nfd)
 	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}})
-	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfd, Kube: kube})
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(nfd), Kube: nodesOf(kube)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -618,5 +618,51 @@ func TestNodeFeatureUpgradesManagedFields(t *testing.T) {
 	mf := h.get(t).ManagedFields
 	if len(mf) != 1 || mf[0].Manager != FieldManager || mf[0].Operation != metav1.ManagedFieldsOperationApply {
 		t.Errorf("managed fields %+v, want one Apply entry of %q", mf, FieldManager)
+	}
+}
+
+// TestNodeFeatureOwners: with Config.Owners (run --owner pod or
+// daemonset) the NodeFeature is owned by what it returns, the agent's Pod
+// and DaemonSet as nfd-worker does it; an object an earlier run owned by
+// the Node is taken over, and back.
+func TestNodeFeatureOwners(t *testing.T) {
+	podAndDS := []metav1.OwnerReference{
+		{APIVersion: "v1", Kind: "Pod", Name: "featureplug-abcde", UID: "pod-uid"},
+		{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "featureplug", UID: "ds-uid"},
+	}
+	h := newNFHarness(t)
+	calls := 0
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube),
+		Owners: func(context.Context) ([]metav1.OwnerReference, error) { calls++; return podAndDS, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An object the Node owns, from an earlier --owner node.
+	if err := h.pub.Publish(context.Background(), testContent()); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(context.Background(), testContent()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.get(t).OwnerReferences; !equality.Semantic.DeepEqual(got, podAndDS) {
+		t.Errorf("owner references %+v, want the Pod and the DaemonSet %+v", got, podAndDS)
+	}
+	writes := h.writes()
+	if err := pub.Publish(context.Background(), testContent()); err != nil {
+		t.Fatal(err)
+	}
+	if h.writes() != writes || calls != 1 {
+		t.Errorf("unchanged content: %d writes, %d owner lookups; want none and 1 in all", h.writes()-writes, calls)
+	}
+	// Back to the Node (a fresh publisher, as after a restart with --owner node).
+	back, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Publish(context.Background(), testContent()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.get(t).OwnerReferences; len(got) != 1 || got[0].Kind != "Node" || got[0].UID != testNodeUID {
+		t.Errorf("owner references %+v, want the Node's", got)
 	}
 }

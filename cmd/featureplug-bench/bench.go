@@ -54,6 +54,9 @@ const (
 type Config struct {
 	// Binary is the featureplug binary to launch.
 	Binary string `json:"binary"`
+	// NullPlugin is the null plugin binary (cmd/featureplug-bench/
+	// nullplugin), measured in every round as the floor; "" skips it.
+	NullPlugin string `json:"nullPlugin,omitempty"`
 	// FakeNode and Rules are passed to `featureplug run`.
 	FakeNode string `json:"fakeNode"`
 	Rules    string `json:"rules"`
@@ -94,6 +97,11 @@ func (c *Config) validate() error {
 	if _, err := os.Stat(c.Binary); err != nil {
 		return fmt.Errorf("--featureplug: %w (build it with make build)", err)
 	}
+	if c.NullPlugin != "" {
+		if _, err := os.Stat(c.NullPlugin); err != nil {
+			return fmt.Errorf("--null-plugin: %w (go build -o %s ./cmd/featureplug-bench/nullplugin)", err, c.NullPlugin)
+		}
+	}
 	if c.ProcRoot == "" {
 		c.ProcRoot = "/proc"
 	}
@@ -109,6 +117,13 @@ type Round struct {
 	Index int `json:"index"`
 	// Init is the start-up floor any run of the binary pays.
 	Init InitCost `json:"init"`
+	// Floor is the null plugin's round, run just before featureplug's;
+	// nil without --null-plugin.
+	Floor *Floor `json:"floor,omitempty"`
+	// BinaryMB and FloorBinaryMB are the sizes of the featureplug and null
+	// plugin binaries.
+	BinaryMB      float64 `json:"binaryMB"`
+	FloorBinaryMB float64 `json:"floorBinaryMB,omitempty"`
 	// Startup times the launch.
 	Startup Startup `json:"startup"`
 	// AllocResource is the resource the allocation calls went to, and
@@ -287,6 +302,14 @@ func (b *bench) round(ctx context.Context, index int) (r Round, err error) {
 	r.Index = index
 	if r.Init, err = measureInit(ctx, b.cfg.Binary); err != nil {
 		return r, err
+	}
+	r.BinaryMB = fileMB(b.cfg.Binary)
+	if b.cfg.NullPlugin != "" {
+		if r.Floor, err = b.floor(ctx); err != nil {
+			return r, err
+		}
+		r.FloorBinaryMB = fileMB(b.cfg.NullPlugin)
+		b.progress("round %d: null plugin registered %.1f ms after launch", index, r.Floor.RegisteredMs)
 	}
 	s, err := b.startSession()
 	if err != nil {

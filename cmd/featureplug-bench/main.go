@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var output, jsonFile string
 	var quietLog bool
 	fs.StringVar(&cfg.Binary, "featureplug", "bin/featureplug", "the featureplug binary to launch")
+	fs.StringVar(&cfg.NullPlugin, "null-plugin", "", "the null plugin binary (go build ./cmd/featureplug-bench/nullplugin), measured beside featureplug in every round as the floor")
 	fs.StringVar(&cfg.FakeNode, "fake-node", "dgx-h100", "fake node of the agent: a bundled name or a YAML file")
 	fs.StringVar(&cfg.Rules, "rules", "mixed", "rules of the agent: a builtin name or a file")
 	fs.IntVar(&cfg.Rounds, "rounds", 5, "agent launches to measure; figures are medians over them")

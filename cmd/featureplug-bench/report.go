@@ -33,13 +33,14 @@ type Report struct {
 
 // ReportConfig is Config as the report shows it.
 type ReportConfig struct {
-	Binary   string `json:"binary"`
-	FakeNode string `json:"fakeNode"`
-	Rules    string `json:"rules"`
-	Rounds   int    `json:"rounds"`
-	Allocs   int    `json:"allocs"`
-	Idle     string `json:"idle"`
-	Quiet    string `json:"quiet"`
+	Binary     string `json:"binary"`
+	NullPlugin string `json:"nullPlugin,omitempty"`
+	FakeNode   string `json:"fakeNode"`
+	Rules      string `json:"rules"`
+	Rounds     int    `json:"rounds"`
+	Allocs     int    `json:"allocs"`
+	Idle       string `json:"idle"`
+	Quiet      string `json:"quiet"`
 }
 
 // Machine describes the machine the bench ran on.
@@ -225,12 +226,13 @@ func figureDefs(plan []plan.Resource, rounds []Round) []figureDef {
 		figureDef{"  anonymous (heap, stacks)", "MB", nil, func(r Round) []float64 { return one(mb(r.MemoryLoad.Anon)) }},
 		figureDef{"  file-backed (binary)", "MB", nil, func(r Round) []float64 { return one(mb(r.MemoryLoad.File)) }},
 		figureDef{"    of which mapped in 2 MiB pages", "MB", nil, func(r Round) []float64 { return one(mb(r.MemoryLoad.FilePMD)) }},
+		figureDef{"binary", "MB", &goal{limit: goalBinaryMB, orEqual: true}, func(r Round) []float64 { return one(r.BinaryMB) }},
 		figureDef{"idle CPU", "% core", &goal{limit: goalIdlePercent}, func(r Round) []float64 { return one(r.Idle.Percent) }},
 		figureDef{"feature-file writes, nothing changed", "", &goal{limit: 0, orEqual: true}, func(r Round) []float64 { return one(float64(r.Quiet.FileWrites)) }},
 		figureDef{"  publish attempts in that window", "", nil, func(r Round) []float64 { return one(r.Quiet.PublishAttempts) }},
 		figureDef{"  re-discoveries in that window", "", nil, func(r Round) []float64 { return one(r.Quiet.Rediscoveries) }},
 	)
-	return defs
+	return append(defs, floorDefs()...)
 }
 
 // figures computes the figures of rounds.
@@ -274,7 +276,7 @@ func newReport(cfg Config, machine Machine, plan []plan.Resource, rounds []Round
 	return Report{
 		Machine: machine,
 		Config: ReportConfig{
-			Binary: cfg.Binary, FakeNode: cfg.FakeNode, Rules: cfg.Rules, Rounds: cfg.Rounds,
+			Binary: cfg.Binary, NullPlugin: cfg.NullPlugin, FakeNode: cfg.FakeNode, Rules: cfg.Rules, Rounds: cfg.Rounds,
 			Allocs: cfg.Allocs, Idle: cfg.Idle.String(), Quiet: cfg.Quiet.String(),
 		},
 		Resources: res,

@@ -28,20 +28,31 @@ func buildAgent(t *testing.T) string {
 	return bin
 }
 
+// buildNullPlugin builds the bench's null plugin into a temporary directory.
+func buildNullPlugin(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nullplugin")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/featureplug/featureplug/cmd/featureplug-bench/nullplugin")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the null plugin: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // TestBenchOneRound runs one short round against the real binary on the
-// fake DGX A100 (four resources, MIG) and checks that every figure was
-// measured and makes sense.
+// fake DGX A100 (four resources, MIG), beside the null plugin, and checks
+// that every figure was measured and makes sense.
 func TestBenchOneRound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and launches the agent")
 	}
-	bin := buildAgent(t)
+	bin, null := buildAgent(t), buildNullPlugin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	jsonFile := filepath.Join(t.TempDir(), "bench.json")
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{
-		"--featureplug", bin, "--fake-node", "dgx-a100", "--rules", "mixed",
+		"--featureplug", bin, "--null-plugin", null, "--fake-node", "dgx-a100", "--rules", "mixed",
 		"--rounds", "1", "--allocs", "10", "--idle", "200ms", "--quiet", "600ms",
 		"--json", jsonFile,
 	}, &stdout, &stderr)
@@ -95,7 +106,12 @@ func TestBenchOneRound(t *testing.T) {
 	if r.Quiet.FileWrites != 0 || r.Quiet.PublishAttempts < 2 || r.Quiet.Rediscoveries < quietHUPs {
 		t.Errorf("quiet = %+v; want no writes over several publishes and re-discoveries", r.Quiet)
 	}
-	for _, want := range []string{"launch -> all resources registered", "GetPreferredAllocation p99, 4 of 8", "goals met:"} {
+	if f := r.Floor; f == nil || f.RegisteredMs <= 0 || f.ListedMs < f.RegisteredMs || f.Allocate.Calls != 10 ||
+		len(f.Restarts) != restartSamples || f.MemoryLoad.Anon <= 0 || r.FloorBinaryMB <= 0 || r.BinaryMB <= 0 {
+		t.Errorf("null plugin floor = %+v (binaries %.1f and %.1f MB)", f, r.BinaryMB, r.FloorBinaryMB)
+	}
+	for _, want := range []string{"launch -> all resources registered", "GetPreferredAllocation p99, 4 of 8", "goals met:",
+		"launch -> all registered / floor", "null plugin: RSS after load", "binary"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, stdout.String())
 		}

@@ -11,11 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/featureplug/featureplug/cmd/internal/kube"
 )
 
 // apiTimeout bounds how long the agent's loop waits for the API server at
@@ -44,15 +43,15 @@ type nodeWatch struct {
 
 // newNodeWatch returns a watch of the Node called name; nil when kube is
 // nil. Nothing runs until start.
-func newNodeWatch(kube kubernetes.Interface, name string) *nodeWatch {
-	if kube == nil {
+func newNodeWatch(client kube.Interface, name string) *nodeWatch {
+	if client == nil {
 		return nil
 	}
 	// One informer on one object, built from a ListWatch rather than
 	// client-go's SharedInformerFactory: the factory links every typed
 	// informer of every API group (about 15 MB of binary) for this one.
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
-	nodes := kube.CoreV1().Nodes()
+	nodes := client.Nodes()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
@@ -67,7 +66,7 @@ func newNodeWatch(kube kubernetes.Interface, name string) *nodeWatch {
 		name: name,
 		// Wrapped like client-go's own typed informers, so a client that
 		// cannot stream lists (the fake clientset) is not asked to.
-		informer: cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, kube), &corev1.Node{},
+		informer: cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{},
 			cache.SharedIndexInformerOptions{ResyncPeriod: 0}),
 		signal: make(chan struct{}, 1),
 	}
@@ -98,7 +97,23 @@ func (w *nodeWatch) start(ctx context.Context, timeout time.Duration) bool {
 	if w == nil {
 		return false
 	}
-	go w.informer.RunWithContext(ctx)
+	w.run(ctx)
+	return w.wait(ctx, timeout)
+}
+
+// run runs the watch until ctx ends, without waiting.
+func (w *nodeWatch) run(ctx context.Context) {
+	if w != nil {
+		go w.informer.RunWithContext(ctx)
+	}
+}
+
+// wait waits up to timeout for the watch's first list; it returns whether
+// the cache holds the Node's state.
+func (w *nodeWatch) wait(ctx context.Context, timeout time.Duration) bool {
+	if w == nil {
+		return false
+	}
 	syncCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return cache.WaitForCacheSync(syncCtx.Done(), w.informer.HasSynced)
@@ -167,15 +182,15 @@ func newEventRecorder(node string, nodeUID func() types.UID) *eventRecorder {
 	b := record.NewBroadcaster()
 	return &eventRecorder{
 		broadcaster: b,
-		recorder:    b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "featureplug", Host: node}),
+		recorder:    b.NewRecorder(kube.Scheme(), corev1.EventSource{Component: "featureplug", Host: node}),
 		node:        node,
 		nodeUID:     nodeUID,
 	}
 }
 
 // start sends recorded Events to the API server until ctx ends.
-func (r *eventRecorder) start(ctx context.Context, kube kubernetes.Interface) {
-	r.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+func (r *eventRecorder) start(ctx context.Context, client kube.Interface) {
+	r.broadcaster.StartRecordingToSink(client.Events())
 	go func() {
 		<-ctx.Done()
 		r.broadcaster.Shutdown()
@@ -193,14 +208,31 @@ func (r *eventRecorder) warn(_ context.Context, reason, message string) {
 	r.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
 }
 
-// startKube starts the Node watch and the Event recorder (when the agent
-// has an API server) and waits up to apiTimeout for the Node's labels.
+// startKube starts the Event recorder and the Node watch (when the agent
+// has an API server), without waiting for the API server: see
+// waitNodeLabels.
 func (a *Agent) startKube(ctx context.Context) {
 	if a.cfg.Kube == nil {
 		return
 	}
 	a.events.start(ctx, a.cfg.Kube)
-	if !a.nodes.start(ctx, apiTimeout) && ctx.Err() == nil {
+	a.nodes.run(ctx)
+}
+
+// waitNodeLabels waits up to apiTimeout for the Node's labels, before the
+// first plan, when the rules select on node labels (or cannot say). When
+// they do not, the first plan is registered at once (register first: the
+// kubelet needs only the devices), and the watch's first list arrives
+// later as a label change that changes no plan.
+func (a *Agent) waitNodeLabels(ctx context.Context) {
+	if a.cfg.Kube == nil || a.ruleSet == nil {
+		return
+	}
+	if u, ok := a.ruleSet.(interface{ UsesNodeLabels() bool }); ok && !u.UsesNodeLabels() {
+		a.log.Debug("the rules have no node selector: planning without waiting for the Node's labels")
+		return
+	}
+	if !a.nodes.wait(ctx, apiTimeout) && ctx.Err() == nil {
 		a.log.Warn("the Node is not listed yet; node selectors see only --node-labels until it is",
 			"node", a.cfg.NodeName, "waited", apiTimeout)
 	}

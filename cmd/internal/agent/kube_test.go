@@ -16,6 +16,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/plugin"
 )
 
@@ -100,7 +101,7 @@ rules:
 	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-1"}})
 	records := make(kubeRecords, 1000)
 	a, err := New(Config{
-		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kube,
+		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
 		Plugin: plugin.Options{KubeletDir: t.TempDir()},
 		// Rediscovery never comes: only the watch can bring the label.
 		RediscoverInterval: time.Hour,
@@ -147,12 +148,12 @@ func TestEventsAggregate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	nodes := newNodeWatch(kube, "n")
+	nodes := newNodeWatch(kubeclientset.New(kube, nil), "n")
 	if !nodes.start(ctx, testWait) {
 		t.Fatal("node watch did not sync")
 	}
 	rec := newEventRecorder("n", nodes.uid)
-	rec.start(ctx, kube)
+	rec.start(ctx, kubeclientset.New(kube, nil))
 
 	rec.warn(ctx, "RulesFileMissing", "rules file lost (does not exist)")
 	rec.warn(ctx, "RulesFileMissing", "rules file lost (does not exist)")

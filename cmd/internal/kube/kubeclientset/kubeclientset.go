@@ -1,0 +1,46 @@
+// Package kubeclientset adapts client-go's and NFD's generated clientsets
+// to kube.Interface, so that tests can hand the agent their fake
+// clientsets. Only tests and tools import it: it links every typed client
+// of client-go, which the agent's binary leaves out (see package kube).
+package kubeclientset
+
+import (
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
+
+	"github.com/featureplug/featureplug/cmd/internal/kube"
+)
+
+// New returns kube and nfd as a kube.Interface.
+func New(kube kubernetes.Interface, nfd nfdclientset.Interface) kube.Interface {
+	return clientsets{kube: kube, nfd: nfd}
+}
+
+type clientsets struct {
+	kube kubernetes.Interface
+	nfd  nfdclientset.Interface
+}
+
+func (c clientsets) Nodes() kube.Nodes { return c.kube.CoreV1().Nodes() }
+
+func (c clientsets) Events() record.EventSink {
+	return &typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")}
+}
+
+func (c clientsets) NodeFeatures(namespace string) kube.NodeFeatures {
+	return c.nfd.NfdV1alpha1().NodeFeatures(namespace)
+}
+
+func (c clientsets) ConfigMaps(namespace string) kube.ConfigMaps {
+	return c.kube.CoreV1().ConfigMaps(namespace)
+}
+
+// IsWatchListSemanticsUnSupported passes on the wrapped clientset's answer
+// (client-go's fake says true), which client-go's informers ask of the
+// client they are given (util/watchlist).
+func (c clientsets) IsWatchListSemanticsUnSupported() bool {
+	u, ok := c.kube.(interface{ IsWatchListSemanticsUnSupported() bool })
+	return ok && u.IsWatchListSemanticsUnSupported()
+}
