@@ -106,7 +106,7 @@ func (ds *deviceSet) resolve(ids []string, bad []bool) (allocation, error) {
 	case sick.n > 0:
 		return allocation{}, status.Errorf(codes.FailedPrecondition, "resource %s: %s (the device failed a health check and is advertised Unhealthy)", name, sick.describe("unhealthy"))
 	}
-	if ds.replicas > 1 && ds.resource.Sharing.FailRequestsGreaterThanOne && nseen > 1 {
+	if ds.replicas > 1 && ds.resource.Sharing.OneReplicaPerContainer() && nseen > 1 {
 		return allocation{}, status.Errorf(codes.InvalidArgument,
 			"resource %s: request for %d shared devices (%s), but the resource allows one per container (failRequestsGreaterThanOne)", name, nseen, idList("requested", ids, len(ids)))
 	}

@@ -99,14 +99,16 @@ func TestAllocateResponse(t *testing.T) {
 				EnvMPSPipeDirectory:          "/run/featureplug/mps/example.com_mps/pipe",
 				EnvMPSActiveThreadPercentage: "25",
 				EnvMPSPinnedDeviceMemLimit:   "0=20389M",
-			}, mounts: []string{"/run/featureplug/mps/example.com_mps/pipe->/run/featureplug/mps/example.com_mps/pipe"}}},
-		{"mps limits add up per device", "mps-limits", func(o *Options) { o.MPSRoot = "/mps" }, []string{replicaID(6, 0), replicaID(7, 1), replicaID(7, 2)},
+			}, mounts: []string{"/run/featureplug/mps/example.com_mps/pipe->/run/featureplug/mps/example.com_mps/pipe", "/run/featureplug/mps/shm->/dev/shm"}}},
+		// MPS allows one replica per container (failRequestsGreaterThanOne
+		// is forced; TestAllocateMPSOneReplica checks the refusal).
+		{"mps limits", "mps-limits", func(o *Options) { o.MPSRoot = "/mps" }, []string{replicaID(7, 1)},
 			want{envs: map[string]string{
-				EnvVisibleDevices:            gpuUUID(6) + "," + gpuUUID(7),
+				EnvVisibleDevices:            gpuUUID(7),
 				EnvMPSPipeDirectory:          "/mps/example.com_mps-limits/pipe",
-				EnvMPSActiveThreadPercentage: "60",
-				EnvMPSPinnedDeviceMemLimit:   "0=10240M,1=20480M",
-			}, mounts: []string{"/mps/example.com_mps-limits/pipe->/mps/example.com_mps-limits/pipe"}}},
+				EnvMPSActiveThreadPercentage: "30",
+				EnvMPSPinnedDeviceMemLimit:   "0=10240M",
+			}, mounts: []string{"/mps/example.com_mps-limits/pipe->/mps/example.com_mps-limits/pipe", "/mps/shm->/dev/shm"}}},
 	}
 	resources := mixedResources()
 	for _, tt := range tests {

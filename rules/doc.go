@@ -19,10 +19,10 @@
 //	  sharing:                     # optional; none when absent
 //	    strategy: time-slicing     # none, time-slicing or mps
 //	    replicas: 4                # required for time-slicing and mps
-//	    failRequestsGreaterThanOne: true
-//	    mps:                       # only with strategy mps; defaults shown
-//	      pinnedMemoryLimitMiB: 0      # device memory / replicas
-//	      activeThreadPercentage: 0    # 100 / replicas
+//	    failRequestsGreaterThanOne: true  # default false; mps forces true
+//	    mps:                       # only with strategy mps; 0 or absent: default
+//	      pinnedMemoryLimitMiB: 0      # 0..16777216 MiB per replica; 0: GPU memory / replicas
+//	      activeThreadPercentage: 0    # 0..100 per replica; 0: 100 / replicas
 //
 // # Evaluation
 //

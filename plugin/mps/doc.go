@@ -16,6 +16,15 @@
 // configured again after a capped exponential backoff. A resource that goes
 // away, and every resource on Stop, gets `quit`.
 //
+// Like NVIDIA's MPS set-up, the supervisor also switches the resources'
+// GPUs to EXCLUSIVE_PROCESS compute mode before their daemon starts
+// (Options.ComputeMode; restored when a GPU is no longer MPS-shared and on
+// Stop; a refusal is logged once per GPU and MPS carries on), and creates
+// the shared memory directory <root>/shm (mode 1777) that Allocate mounts
+// as every MPS client's /dev/shm; it must also be the daemons' /dev/shm,
+// which the supervisor checks (featureplug_mps_shm_shared). It is emptied,
+// or removed, once no MPS resource is left.
+//
 // The agent holds an MPS resource back from the kubelet until Ready says
 // its daemon is up and configured; Ready's reason explains why not (for
 // example "nvidia-cuda-mps-control not found in PATH"). The device

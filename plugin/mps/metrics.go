@@ -13,6 +13,8 @@ type metrics struct {
 	restarts      *prometheus.CounterVec
 	startFailures *prometheus.CounterVec
 	binaryMissing prometheus.Gauge
+	exclusive     *prometheus.GaugeVec
+	shmShared     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,11 +35,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "featureplug", Subsystem: "mps", Name: "control_binary_missing",
 			Help: "1 when nvidia-cuda-mps-control could not be found at the last start attempt, else 0.",
 		}),
+		exclusive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "featureplug", Subsystem: "mps", Name: "compute_mode_exclusive",
+			Help: "Per MPS-shared GPU: 1 when featureplug holds it in EXCLUSIVE_PROCESS compute mode, 0 when setting the mode failed (MPS then runs in the GPU's current mode).",
+		}, []string{"gpu"}),
+		shmShared: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "featureplug", Subsystem: "mps", Name: "shm_shared",
+			Help: "1 when the MPS daemons' /dev/shm is the shared memory directory mounted into MPS clients, 0 when it is not (clients cannot reach their server).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.up, m.restarts, m.startFailures, m.binaryMissing} {
+	for _, c := range []prometheus.Collector{m.up, m.restarts, m.startFailures, m.binaryMissing, m.exclusive, m.shmShared} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering MPS metrics (one Supervisor per Registerer): %w", err)
 		}

@@ -60,6 +60,18 @@ type Options struct {
 	// CommandTimeout bounds every run of the control program (default
 	// DefaultCommandTimeout).
 	CommandTimeout time.Duration
+	// ComputeMode, when set, switches the GPUs of MPS-shared resources to
+	// EXCLUSIVE_PROCESS before their daemon starts and restores their
+	// previous mode when they are no longer MPS-shared or on Stop, as
+	// NVIDIA's MPS set-up does. A GPU it cannot switch is logged once and
+	// shows as 0 in featureplug_mps_compute_mode_exclusive; MPS still works
+	// in DEFAULT mode. Nil leaves compute modes alone.
+	ComputeMode ComputeModeFunc
+	// DaemonShm is the /dev/shm the daemons see (default
+	// DefaultDaemonShm). The supervisor checks that it is the shared memory
+	// directory that Allocate mounts into MPS clients
+	// (plan.MPSLayout.ShmDir), and warns when it is not.
+	DaemonShm string
 	// OnChange, when set, is called with a resource's name whenever its
 	// readiness or reason changes, so the agent can advertise or withdraw
 	// the resource. It runs on the resource's supervising goroutine with
@@ -85,6 +97,15 @@ type Supervisor struct {
 	workers       map[string]*worker
 	stopped       bool
 	binaryMissing bool
+
+	// modeMu guards modes, used by Apply and Stop.
+	modeMu sync.Mutex
+	modes  computeModes
+
+	// shmMu guards the shared memory directory's state (shm.go).
+	shmMu     sync.Mutex
+	shmReady  bool
+	shmShared bool
 }
 
 // New returns a Supervisor that runs no daemon until Apply. Bad options
@@ -101,6 +122,9 @@ func New(opts Options) (*Supervisor, error) {
 	}
 	if opts.CommandTimeout == 0 {
 		opts.CommandTimeout = DefaultCommandTimeout
+	}
+	if opts.DaemonShm == "" {
+		opts.DaemonShm = DefaultDaemonShm
 	}
 	var errs []error
 	if !filepath.IsAbs(opts.Root) {
@@ -130,13 +154,15 @@ func New(opts Options) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Supervisor{
+	s := &Supervisor{
 		opts:    opts,
 		log:     opts.Logger,
 		metrics: m,
 		env:     os.Environ(),
 		workers: make(map[string]*worker),
-	}, nil
+	}
+	s.modes = computeModes{set: opts.ComputeMode, s: s, held: map[string]heldMode{}, warned: map[string]bool{}}
+	return s, nil
 }
 
 // Apply makes the running daemons match daemons: it starts a daemon for
@@ -155,9 +181,26 @@ func (s *Supervisor) Apply(ctx context.Context, daemons []Daemon) error {
 		return fmt.Errorf("MPS daemons: %w", err)
 	}
 	want := make(map[string]Daemon, len(daemons))
+	gpus := make(map[string]bool)
 	for _, d := range daemons {
 		want[d.Resource] = d.normalized()
+		for _, dev := range d.Devices {
+			gpus[dev.UUID] = true
+		}
 	}
+
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped {
+		return errors.New("MPS supervisor is stopped")
+	}
+	// EXCLUSIVE_PROCESS before any daemon starts on a GPU, as NVIDIA's
+	// daemon set-up does; restored below once the daemons that leave have
+	// quit.
+	s.modeMu.Lock()
+	defer s.modeMu.Unlock()
+	s.modes.hold(slices.Sorted(maps.Keys(gpus)))
 
 	s.mu.Lock()
 	if s.stopped {
@@ -202,6 +245,10 @@ func (s *Supervisor) Apply(ctx context.Context, daemons []Daemon) error {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the MPS control daemon of %s to quit: %w", res, ctx.Err())
 		}
+	}
+	s.modes.release(gpus)
+	if len(want) == 0 {
+		s.cleanShm()
 	}
 	return nil
 }
@@ -255,13 +302,20 @@ func (s *Supervisor) pipeDir(resource string) string {
 	return plan.MPSLayout{Root: s.opts.Root}.PipeDir(resource)
 }
 
+// shmDir returns the shared memory directory of the daemons and their
+// clients (plan.MPSLayout).
+func (s *Supervisor) shmDir() string {
+	return plan.MPSLayout{Root: s.opts.Root}.ShmDir()
+}
+
 // logDir returns the log directory of resource's daemon (plan.MPSLayout).
 func (s *Supervisor) logDir(resource string) string {
 	return plan.MPSLayout{Root: s.opts.Root}.LogDir(resource)
 }
 
-// Stop quits every daemon and returns once they are gone. Apply fails
-// afterwards; Stop may be called more than once.
+// Stop quits every daemon and returns once they are gone, then restores
+// the compute modes it changed and cleans the shared memory directory.
+// Apply fails afterwards; Stop may be called more than once.
 func (s *Supervisor) Stop() {
 	s.mu.Lock()
 	s.stopped = true
@@ -272,6 +326,10 @@ func (s *Supervisor) Stop() {
 	}
 	s.mu.Unlock()
 	s.running.Wait()
+	s.modeMu.Lock()
+	s.modes.release(nil)
+	s.modeMu.Unlock()
+	s.cleanShm()
 }
 
 // setState records a worker's readiness; OnChange hears of a change of the

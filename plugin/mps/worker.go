@@ -109,6 +109,9 @@ func (w *worker) start(ctx context.Context) error {
 			return fmt.Errorf("creating MPS directory: %w", err)
 		}
 	}
+	if err := w.s.ensureShm(); err != nil {
+		return err
+	}
 	// A daemon that answers on our pipe directory is a leftover (of an
 	// earlier agent, or one that stopped answering only for a while): its
 	// devices and limits are unknown, so it is replaced.

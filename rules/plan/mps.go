@@ -22,10 +22,16 @@ const (
 	EnvMPSPinnedDeviceMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 )
 
+// MPSShmContainerPath is where MPS clients get the shared memory directory
+// (MPSLayout.ShmDir): the MPS server and its clients talk through POSIX
+// shared memory, so they must see the same /dev/shm.
+const MPSShmContainerPath = "/dev/shm"
+
 // MPSLayout is the one layout of the MPS control daemons' directories on
-// the host: <Root>/<resource with '/' as '_'>/{pipe,log}. The MPS
+// the host: <Root>/<resource with '/' as '_'>/{pipe,log}, and <Root>/shm,
+// the shared memory directory of all the daemons and their clients. The MPS
 // supervisor starts each daemon there and the device plugin mounts the pipe
-// directory into containers; both are given the same MPSLayout.
+// and shm directories into containers; both are given the same MPSLayout.
 type MPSLayout struct {
 	// Root holds one directory per MPS resource (default DefaultMPSRoot).
 	Root string
@@ -47,4 +53,12 @@ func (l MPSLayout) PipeDir(resource string) string {
 // LogDir returns the log directory of resource's daemon.
 func (l MPSLayout) LogDir(resource string) string {
 	return filepath.Join(l.ResourceDir(resource), "log")
+}
+
+// ShmDir returns the shared memory directory of the MPS daemons and their
+// clients, mounted at MPSShmContainerPath in every MPS client. It is one
+// directory for all resources, as in NVIDIA's device plugin: the daemons
+// are children of one agent and share its /dev/shm.
+func (l MPSLayout) ShmDir() string {
+	return filepath.Join(l.Root, "shm")
 }

@@ -26,6 +26,8 @@ type Sharing struct {
 	// Replicas is how many containers may share one device (>= 1).
 	Replicas int `json:"replicas,omitempty"`
 	// FailRequestsGreaterThanOne rejects requests for more than one replica.
+	// A strategy with OnePerContainer (mps) implies it: see
+	// OneReplicaPerContainer.
 	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
 	// MPS holds the per-replica limits when Strategy is mps.
 	MPS *MPSLimits `json:"mps,omitempty"`
@@ -66,6 +68,11 @@ type StrategySpec struct {
 	// MPSLimits is true when sharing.mps is accepted: its per-client limits
 	// are validated and defaulted per plan.
 	MPSLimits bool
+	// OnePerContainer forces failRequestsGreaterThanOne: a container gets
+	// at most one replica of the resource, and a rule that sets
+	// failRequestsGreaterThanOne false is an error. NVIDIA's device plugin
+	// forces it for MPS, whose per-client limits are one replica's share.
+	OnePerContainer bool
 	// Container returns what the strategy adds to a container that got an
 	// allocation; nil adds nothing.
 	Container func(Allocation) ContainerEdits
@@ -76,7 +83,7 @@ type StrategySpec struct {
 var strategies = []StrategySpec{
 	{Name: SharingNone, Label: string(SharingNone)},
 	{Name: SharingTimeSlicing, Label: string(SharingTimeSlicing), Shares: true},
-	{Name: SharingMPS, Label: string(SharingMPS), Shares: true, WholeGPUOnly: true, Daemon: true, MPSLimits: true, Container: mpsContainer},
+	{Name: SharingMPS, Label: string(SharingMPS), Shares: true, WholeGPUOnly: true, Daemon: true, MPSLimits: true, OnePerContainer: true, Container: mpsContainer},
 }
 
 // Strategies returns the sharing strategies, in table order.
@@ -99,6 +106,14 @@ func Lookup(name SharingStrategy) (StrategySpec, bool) {
 
 // Spec returns the strategy of s; false for an unknown strategy.
 func (s Sharing) Spec() (StrategySpec, bool) { return Lookup(s.Strategy) }
+
+// OneReplicaPerContainer reports whether a container may get at most one
+// replica of a device set shared this way: FailRequestsGreaterThanOne, or
+// a strategy that forces it (StrategySpec.OnePerContainer).
+func (s Sharing) OneReplicaPerContainer() bool {
+	spec, _ := s.Spec()
+	return s.FailRequestsGreaterThanOne || spec.OnePerContainer
+}
 
 // Label returns the value gpu-feature-discovery labels as
 // <resource>.sharing-strategy, and the replicas it labels: replicas is at
@@ -133,19 +148,31 @@ func strategyNames(quote bool, keep func(StrategySpec) bool) string {
 }
 
 // SharingSpec is a rule's sharing as written in a rules file. Pointers tell
-// "absent" from zero so that "replicas: 0" can be reported.
+// "absent" from zero so that "replicas: 0" can be reported and so that an
+// absent failRequestsGreaterThanOne takes its strategy's default.
 type SharingSpec struct {
-	Strategy                   SharingStrategy `json:"strategy,omitempty"`
-	Replicas                   *int            `json:"replicas,omitempty"`
-	FailRequestsGreaterThanOne bool            `json:"failRequestsGreaterThanOne,omitempty"`
-	MPS                        *MPSSpec        `json:"mps,omitempty"`
+	Strategy SharingStrategy `json:"strategy,omitempty"`
+	Replicas *int            `json:"replicas,omitempty"`
+	// FailRequestsGreaterThanOne defaults to the strategy's
+	// OnePerContainer (true for mps, false otherwise); false is an error
+	// for a strategy that forces it.
+	FailRequestsGreaterThanOne *bool    `json:"failRequestsGreaterThanOne,omitempty"`
+	MPS                        *MPSSpec `json:"mps,omitempty"`
 }
 
-// MPSSpec holds the MPS limits as written; absent values get defaults per
-// plan (they depend on the devices, see Sharing.WithDefaults).
+// MaxPinnedMemoryLimitMiB is the largest sharing.mps.pinnedMemoryLimitMiB
+// a rule may write (16 TiB, far above any GPU's memory; the plan checks
+// the limit against each GPU's memory).
+const MaxPinnedMemoryLimitMiB = 1 << 24
+
+// MPSSpec holds the MPS limits as written. An absent value or 0 means the
+// default, filled in per plan because it depends on the devices (see
+// Sharing.WithDefaults): the GPU's memory divided by the replicas, and 100
+// divided by the replicas. The fields are signed so that a negative value
+// gets a range error rather than a type error.
 type MPSSpec struct {
-	PinnedMemoryLimitMiB   *uint64 `json:"pinnedMemoryLimitMiB,omitempty"`
-	ActiveThreadPercentage *int    `json:"activeThreadPercentage,omitempty"`
+	PinnedMemoryLimitMiB   *int64 `json:"pinnedMemoryLimitMiB,omitempty"`
+	ActiveThreadPercentage *int   `json:"activeThreadPercentage,omitempty"`
 }
 
 // Compile validates a sharing as written, for a rule that claims devices
@@ -172,7 +199,15 @@ func (spec *SharingSpec) Compile(fld *field.Path, kind DeviceKind) (Sharing, fie
 			fmt.Sprintf("%s is only for devices: gpu (a MIG device is already a partition)", strategy)))
 	}
 	out.Strategy = strategy
-	out.FailRequestsGreaterThanOne = spec.FailRequestsGreaterThanOne
+	switch f := spec.FailRequestsGreaterThanOne; {
+	case f == nil:
+		out.FailRequestsGreaterThanOne = st.OnePerContainer
+	case !*f && st.OnePerContainer:
+		errs = append(errs, field.Invalid(fld.Child("failRequestsGreaterThanOne"), false,
+			fmt.Sprintf("must be true for strategy %s (its default): each client's limits are one replica's share of a GPU, so a container may hold one replica, as NVIDIA's device plugin forces; remove the field or set it true", strategy)))
+	default:
+		out.FailRequestsGreaterThanOne = *f
+	}
 
 	replicas := fld.Child("replicas")
 	switch {
@@ -203,16 +238,20 @@ func (spec *SharingSpec) Compile(fld *field.Path, kind DeviceKind) (Sharing, fie
 		return out, errs
 	}
 	if p := spec.MPS.PinnedMemoryLimitMiB; p != nil {
-		if *p < 1 {
-			errs = append(errs, field.Invalid(mpsFld.Child("pinnedMemoryLimitMiB"), *p, "must be at least 1"))
+		if *p < 0 || *p > MaxPinnedMemoryLimitMiB {
+			errs = append(errs, field.Invalid(mpsFld.Child("pinnedMemoryLimitMiB"), *p,
+				fmt.Sprintf("must be between 0 and %d (MiB per replica; 0: the GPU's memory divided by the replicas)", MaxPinnedMemoryLimitMiB)))
+		} else {
+			out.MPS.PinnedMemoryLimitMiB = uint64(*p)
 		}
-		out.MPS.PinnedMemoryLimitMiB = *p
 	}
 	if a := spec.MPS.ActiveThreadPercentage; a != nil {
-		if *a < 1 || *a > 100 {
-			errs = append(errs, field.Invalid(mpsFld.Child("activeThreadPercentage"), *a, "must be between 1 and 100"))
+		if *a < 0 || *a > 100 {
+			errs = append(errs, field.Invalid(mpsFld.Child("activeThreadPercentage"), *a,
+				"must be between 0 and 100 (percent of the SMs per replica; 0: 100 divided by the replicas)"))
+		} else {
+			out.MPS.ActiveThreadPercentage = *a
 		}
-		out.MPS.ActiveThreadPercentage = *a
 	}
 	return out, errs
 }
@@ -237,6 +276,17 @@ func (s Sharing) Validate(fld *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(fld.Child("mps", "activeThreadPercentage"), s.MPS.ActiveThreadPercentage, "is outside 0..100"))
 	}
 	return errs
+}
+
+// CheckDeviceMemory reports an MPS per-replica memory limit larger than a
+// device's memory (memMiB; 0, unknown, is not checked), naming both values.
+// The planner calls it for every device a rule with MPS limits claims.
+func (s Sharing) CheckDeviceMemory(memMiB uint64) error {
+	if s.MPS == nil || memMiB == 0 || s.MPS.PinnedMemoryLimitMiB <= memMiB {
+		return nil
+	}
+	return fmt.Errorf("per-replica limit %d MiB is more than the GPU's %d MiB of memory (set at most %d, or 0 for the GPU's memory divided by the replicas)",
+		s.MPS.PinnedMemoryLimitMiB, memMiB, memMiB)
 }
 
 // WithDefaults returns s with the per-plan defaults of its strategy filled
@@ -283,7 +333,7 @@ type sharingKey struct {
 }
 
 func (s Sharing) key() sharingKey {
-	k := sharingKey{strategy: s.Strategy, replicas: s.Replicas, failGT1: s.FailRequestsGreaterThanOne}
+	k := sharingKey{strategy: s.Strategy, replicas: s.Replicas, failGT1: s.OneReplicaPerContainer()}
 	if k.strategy == "" {
 		k.strategy = SharingNone
 	}
@@ -312,7 +362,7 @@ func (s Sharing) String() string {
 	if k.threads > 0 {
 		extra = append(extra, fmt.Sprintf("%d%% threads", k.threads))
 	}
-	if k.failGT1 {
+	if spec, _ := s.Spec(); k.failGT1 && !spec.OnePerContainer {
 		extra = append(extra, "failRequestsGreaterThanOne")
 	}
 	if len(extra) > 0 {
@@ -362,14 +412,19 @@ type Mount struct {
 	ReadOnly bool
 }
 
-// mpsContainer adds the MPS client environment and the pipe directory
-// mount. Limits are per replica; a container holding several replicas of
-// one device gets their sum.
+// mpsContainer adds the MPS client environment, the pipe directory mount
+// and the daemons' shared memory directory as the container's /dev/shm.
+// Limits are per replica; a container holding several replicas of one
+// device (only in a plan that did not come from the rules, which force
+// failRequestsGreaterThanOne) gets their sum.
 func mpsContainer(a Allocation) ContainerEdits {
 	pipe := a.MPS.PipeDir(a.Resource)
 	edits := ContainerEdits{
-		Env:    map[string]string{EnvMPSPipeDirectory: pipe},
-		Mounts: []Mount{{ContainerPath: pipe, HostPath: pipe}},
+		Env: map[string]string{EnvMPSPipeDirectory: pipe},
+		Mounts: []Mount{
+			{ContainerPath: pipe, HostPath: pipe},
+			{ContainerPath: MPSShmContainerPath, HostPath: a.MPS.ShmDir()},
+		},
 	}
 	r := max(a.Sharing.Replicas, 1) // DeviceReplicas, for a sharing strategy
 	limits := a.Sharing.MPS

@@ -2,10 +2,26 @@ package agent
 
 import (
 	"context"
+	"errors"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
+
+// setComputeMode is the MPS supervisor's mps.ComputeModeFunc: it sets a
+// GPU's compute mode through the NVML of the latest discovery (the real
+// library, or the fake node, which records the mode). The supervisor calls
+// it from Apply and Stop, which run on the agent loop, the goroutine that
+// owns a.lib.
+func (a *Agent) setComputeMode(uuid string, mode nvml.ComputeMode) (nvml.ComputeMode, error) {
+	if a.lib == nil {
+		return 0, errors.New("no NVML library: GPUs not discovered yet")
+	}
+	return discovery.SetComputeMode(a.lib, uuid, mode)
+}
 
 // mpsDaemons lists the MPS control daemons a plan needs: one per resource
 // shared with MPS, over its GPUs, with the rule's per-client limits.
