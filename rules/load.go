@@ -148,11 +148,17 @@ func Default() *RuleSet {
 }
 
 // Parse loads a rules file from its content; source names the file in
-// errors and warnings. It returns every problem it finds, joined with
+// errors and warnings. An NVIDIA device-plugin config (a top-level
+// "version: v1") or a ConfigMap manifest of such configs is converted
+// first (see package nvidiaconfig), its conversion warnings becoming the
+// rule set's. It returns every problem it finds, joined with
 // errors.Join, each an *Error naming the file, line, rule and field.
 func Parse(source string, data []byte) (*RuleSet, error) {
 	if len(data) > MaxFileSize {
 		return nil, &Error{Source: source, Rule: -1, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}
+	}
+	if rs, ok, err := parseNVIDIA(source, data); ok {
+		return rs, err
 	}
 	doc, err := parseDocument(data)
 	if de := (*docError)(nil); errors.As(err, &de) {
@@ -201,7 +207,7 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 
 	rs := &RuleSet{source: source}
 	names := make(map[string]int, len(spec.Rules))
-	literal := make(map[string]*rule)
+	literal := make(map[string][]*rule) // rules by the literal name they give
 	for i := range spec.Rules {
 		before := len(c.errs)
 		r := c.compile(i, &spec.Rules[i])
@@ -216,13 +222,8 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 		// Comparing a broken rule's sharing with the others would only
 		// repeat its errors.
 		if !broken && r.tmpl == nil && r.resource != "" {
-			if first, ok := literal[r.resource]; ok && !first.sharing.Same(r.sharing) {
-				c.ruleError(r, path{"sharing"}, r.sharing.String(),
-					fmt.Sprintf("resource %q is also given by rules[%d] %q with sharing %s; a resource has one sharing",
-						r.resource, first.index, first.name, first.sharing.String()))
-			} else if !ok {
-				literal[r.resource] = r
-			}
+			c.checkSharing(r, literal[r.resource])
+			literal[r.resource] = append(literal[r.resource], r)
 		}
 		rs.rules = append(rs.rules, r)
 	}
