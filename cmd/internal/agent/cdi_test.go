@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/cdi"
+	"github.com/featureplug/featureplug/rules/plan"
+)
+
+// cdiTestPlan advertises every whole GPU and MIG device of inv, in one
+// resource each, or only the first n devices when n >= 0.
+func cdiTestPlan(inv *discovery.Inventory, n int) *plan.Plan {
+	r := plan.Resource{Name: "example.com/dev"}
+	for _, g := range inv.GPUs {
+		if !g.MIGEnabled {
+			r.Devices = append(r.Devices, plan.Device{ID: g.UUID, Kind: plan.DeviceGPU, GPUUUID: g.UUID, Index: fmt.Sprint(g.Index)})
+		}
+		for _, m := range g.MIGDevices {
+			r.Devices = append(r.Devices, plan.Device{ID: m.UUID, Kind: plan.DeviceMIG, GPUUUID: g.UUID, Index: fmt.Sprintf("%d:%d", g.Index, m.Index)})
+		}
+	}
+	if n >= 0 {
+		r.Devices = r.Devices[:n]
+	}
+	if len(r.Devices) == 0 {
+		return &plan.Plan{}
+	}
+	return &plan.Plan{Resources: []plan.Resource{r}}
+}
+
+// cdiMetricValue reads a counter's or gauge's value.
+func cdiMetricValue(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := m.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Counter != nil {
+		return out.Counter.GetValue()
+	}
+	return out.Gauge.GetValue()
+}
+
+type failingGenerator struct{}
+
+func (failingGenerator) Edits(*discovery.Inventory, []plan.Device) (cdi.Edits, error) {
+	return cdi.Edits{}, errors.New("no driver")
+}
+
+func newTestCDISink(t *testing.T, gen cdi.Generator, specDir string) *cdiSink {
+	t.Helper()
+	return &cdiSink{
+		opts:    cdi.Options{Kind: "nvidia.com/gpu"},
+		gen:     gen,
+		writer:  cdi.Writer{Dir: specDir},
+		log:     slog.New(slog.DiscardHandler),
+		writes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "w"}),
+		devices: prometheus.NewGauge(prometheus.GaugeOpts{Name: "d"}),
+		cleanup: func() {},
+	}
+}
+
+func cdiDeviceCount(t *testing.T, dir string) int {
+	t.Helper()
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cache.GetErrors(); len(errs) > 0 {
+		t.Fatalf("CDI spec errors: %v", errs)
+	}
+	return len(cache.ListDevices())
+}
+
+func TestCDISinkFollowsPlans(t *testing.T) {
+	src, err := OpenFake("h200-mig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	inv, _, err := src.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	specDir := t.TempDir()
+	stale := filepath.Join(specDir, "featureplug-example.com_old.yaml")
+	if err := os.WriteFile(stale, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestCDISink(t, fakeRootGenerator{src: src, dir: t.TempDir()}, specDir)
+	ctx := context.Background()
+
+	// No plan yet: nothing written, nothing removed.
+	if err := s.Apply(ctx, inv, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); err != nil {
+		t.Fatalf("before any plan: %v", err)
+	}
+
+	all := cdiTestPlan(inv, -1)
+	if err := s.Apply(ctx, inv, all); err != nil {
+		t.Fatal(err)
+	}
+	want := inv.MIGDeviceCount()
+	if got := cdiDeviceCount(t, specDir); got != want {
+		t.Errorf("spec has %d devices, want %d", got, want)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale spec: %v, want it removed", err)
+	}
+	// The same plan again, and an equal new plan: no write.
+	for _, p := range []*plan.Plan{all, cdiTestPlan(inv, -1)} {
+		if err := s.Apply(ctx, inv, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := cdiMetricValue(t, s.writes); got != 1 {
+		t.Errorf("writes = %v after one change, want 1", got)
+	}
+	if err := s.Apply(ctx, inv, cdiTestPlan(inv, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := cdiDeviceCount(t, specDir); got != 2 {
+		t.Errorf("spec has %d devices after a smaller plan, want 2", got)
+	}
+	if got := cdiMetricValue(t, s.devices); got != 2 {
+		t.Errorf("featureplug_cdi_spec_devices = %v, want 2", got)
+	}
+	// A plan with no devices removes the spec: a CDI spec must hold one.
+	if err := s.Apply(ctx, inv, &plan.Plan{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.writer.Path("nvidia.com/gpu")); !os.IsNotExist(err) {
+		t.Errorf("spec of an empty plan: %v, want it removed", err)
+	}
+}
+
+func TestCDISinkErrorKeepsSpec(t *testing.T) {
+	src, err := OpenFake("workstation")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	inv, _, err := src.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	specDir := t.TempDir()
+	good := newTestCDISink(t, fakeRootGenerator{src: src, dir: t.TempDir()}, specDir)
+	if err := good.Apply(context.Background(), inv, cdiTestPlan(inv, -1)); err != nil {
+		t.Fatal(err)
+	}
+	bad := newTestCDISink(t, failingGenerator{}, specDir)
+	if err := bad.Apply(context.Background(), inv, cdiTestPlan(inv, -1)); err == nil {
+		t.Fatal("a generator error was not returned")
+	}
+	if got := cdiDeviceCount(t, specDir); got != 1 {
+		t.Errorf("spec has %d devices after a failed apply, want the last good 1", got)
+	}
+}
+
+func TestCDIEnabledOnlyWithCDIStrategies(t *testing.T) {
+	src, err := OpenFake("workstation")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for _, tt := range []struct {
+		strategies []string
+		want       bool
+	}{
+		{[]string{"envvar"}, false},
+		{[]string{"envvar", "cdi-cri"}, true},
+		{[]string{"cdi-annotations"}, true},
+	} {
+		cfg := Config{Source: src, NodeName: "n", RulesEngine: testRulesEngine(), CDI: CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()}}
+		cfg.Plugin.KubeletDir = t.TempDir()
+		for _, s := range tt.strategies {
+			cfg.Plugin.DeviceListStrategies = append(cfg.Plugin.DeviceListStrategies, plugin.DeviceListStrategy(s))
+		}
+		a, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, got := a.sinks[0].(*cdiSink)
+		if got != tt.want {
+			t.Errorf("%v: CDI sink first = %v, want %v", tt.strategies, got, tt.want)
+		}
+	}
+}

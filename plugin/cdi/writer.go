@@ -1,0 +1,140 @@
+package cdi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// DefaultSpecDir is where container runtimes look for dynamically made
+// CDI specs.
+const DefaultSpecDir = "/var/run/cdi"
+
+// tempPattern names the temporary files of Writer: a leading dot and no
+// .yaml/.json suffix, so a runtime scanning the directory never loads a
+// half-written spec.
+const tempPattern = "." + filePrefix + "*.tmp"
+
+// Writer writes featureplug's spec files into one directory.
+type Writer struct {
+	// Dir is the CDI spec directory (DefaultSpecDir if empty).
+	Dir string
+}
+
+func (w Writer) dir() string {
+	if w.Dir == "" {
+		return DefaultSpecDir
+	}
+	return w.Dir
+}
+
+// Path returns the path of the spec file of kind.
+func (w Writer) Path(kind string) string { return filepath.Join(w.dir(), FileName(kind)) }
+
+// Write makes the spec file of spec's kind hold spec, or removes it when
+// spec is nil. It writes only when the content differs, through a
+// temporary file in the same directory that the CDI library must load
+// without error before it is renamed over the old file, so runtimes see
+// the old spec or the new one, never a part or an invalid one. It reports
+// whether the file changed.
+func (w Writer) Write(kind string, spec *specs.Spec) (bool, error) {
+	path := w.Path(kind)
+	if spec == nil {
+		err := os.Remove(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("removing CDI spec: %w", err)
+		}
+		return true, nil
+	}
+	if spec.Kind != kind {
+		return false, fmt.Errorf("CDI spec %s: kind is %q, want %q", path, spec.Kind, kind)
+	}
+	data, err := yaml.Marshal(spec)
+	if err != nil {
+		return false, fmt.Errorf("CDI spec %s: %w", path, err)
+	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return false, nil
+	}
+	if err := os.MkdirAll(w.dir(), 0o755); err != nil {
+		return false, fmt.Errorf("CDI spec directory: %w", err)
+	}
+	tmp, err := os.CreateTemp(w.dir(), tempPattern)
+	if err != nil {
+		return false, fmt.Errorf("CDI spec %s: %w", path, err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op after the rename
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, fmt.Errorf("writing CDI spec %s: %w", tmp.Name(), err)
+	}
+	if _, err := cdiapi.ReadSpec(tmp.Name(), 0); err != nil {
+		return false, fmt.Errorf("CDI spec for %s does not load: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return false, fmt.Errorf("replacing CDI spec: %w", err)
+	}
+	return true, nil
+}
+
+// RemoveStale removes the spec files featureplug wrote in the directory
+// (featureplug-*.yaml or .json) other than keep's, and temporary files a
+// crash left behind; other files are never touched. It returns the names
+// it removed; a directory that does not exist holds nothing stale.
+func (w Writer) RemoveStale(keepKinds ...string) ([]string, error) {
+	entries, err := os.ReadDir(w.dir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CDI spec directory: %w", err)
+	}
+	keep := make([]string, len(keepKinds))
+	for i, k := range keepKinds {
+		keep[i] = FileName(k)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || slices.Contains(keep, name) || !isOwnFile(name) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(w.dir(), name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, name)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// isOwnFile reports whether a file name in the spec directory is one
+// featureplug writes: a spec named by FileName or a Writer temporary file.
+func isOwnFile(name string) bool {
+	if strings.HasPrefix(name, "."+filePrefix) && strings.HasSuffix(name, ".tmp") {
+		return true
+	}
+	return strings.HasPrefix(name, filePrefix) && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".json"))
+}
