@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
+	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/rules/plan"
+)
+
+func TestResourceChanges(t *testing.T) {
+	dev := func(rule string) plan.Device { return plan.Device{Rule: rule} }
+	ts := plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2}
+	before := &plan.Plan{Resources: []plan.Resource{
+		{Name: "nvidia.com/gpu", Devices: []plan.Device{dev("gpu"), dev("gpu")}},
+		{Name: "nvidia.com/mig-1g.5gb", Devices: []plan.Device{dev("mig")}},
+		{Name: "nvidia.com/mig-3g.20gb", Devices: []plan.Device{dev("mig")}},
+	}}
+	after := &plan.Plan{Resources: []plan.Resource{
+		{Name: "example.com/a100-40gb", Devices: []plan.Device{dev("a100-by-model"), dev("a100-big"), dev("a100-by-model")}},
+		{Name: "nvidia.com/gpu", Sharing: ts, Devices: []plan.Device{dev("gpu"), dev("gpu")}},
+		{Name: "nvidia.com/mig-3g.20gb", Devices: []plan.Device{dev("mig")}},
+	}}
+	want := []string{
+		"example.com/a100-40gb: 0 -> 3 devices, rules a100-by-model, a100-big",
+		"nvidia.com/gpu: 2 -> 2 devices, sharing none -> time-slicing x2, rule gpu",
+		"nvidia.com/mig-1g.5gb: 1 -> 0 devices, rule mig",
+	}
+	if got := ResourceChanges(before, after); !reflect.DeepEqual(got, want) {
+		t.Errorf("ResourceChanges = %q, want %q", got, want)
+	}
+	if got := ResourceChanges(after, after); len(got) != 0 {
+		t.Errorf("no change gives %q", got)
+	}
+	if got := ResourceChanges(nil, before)[0]; got != "nvidia.com/gpu: 0 -> 2 devices, rule gpu" {
+		t.Errorf("first plan: %q", got)
+	}
+
+	s := FormatResources(after)
+	if s != "example.com/a100-40gb=3,nvidia.com/gpu=2,nvidia.com/mig-3g.20gb=1" {
+		t.Errorf("FormatResources = %q", s)
+	}
+	counts, err := ParseResources(s)
+	if err != nil || !reflect.DeepEqual(counts, map[string]int{"example.com/a100-40gb": 3, "nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}) {
+		t.Errorf("ParseResources(%q) = %v, %v", s, counts, err)
+	}
+	if _, err := ParseResources("a=1,b"); err == nil {
+		t.Error("ParseResources accepts a part without a count")
+	}
+}
+
+// TestResourcesChangedEvent: the agent records a Normal ResourcesChanged
+// Event on its Node for its first plan and again when a rules change
+// changes its resources, and annotates its published content with the
+// digest of the rules that made the served plan and its resources.
+func TestResourcesChangedEvent(t *testing.T) {
+	src, err := OpenFake("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	first := []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n- name: gpu\n  devices: gpu\n  resource: nvidia.com/gpu\n")
+	second := []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n- name: h100\n  devices: gpu\n  resource: example.com/h100\n")
+	if err := os.WriteFile(rulesPath, first, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-1"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := kube.CoreV1().Events(metav1.NamespaceDefault).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	a, err := New(Config{
+		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
+		Plugin:             plugin.Options{KubeletDir: t.TempDir()},
+		RediscoverInterval: time.Hour,
+		FileSettle:         time.Millisecond,
+		FileCheckInterval:  50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, a)
+
+	waitEvent := func(message string) {
+		t.Helper()
+		timeout := time.After(testWait)
+		var seen []string
+		for {
+			select {
+			case ev := <-w.ResultChan():
+				if ev.Type != watch.Added {
+					continue
+				}
+				e := ev.Object.(*corev1.Event)
+				seen = append(seen, e.Reason+": "+e.Message)
+				if e.Reason == ReasonResourcesChanged && e.Message == message {
+					if e.Type != corev1.EventTypeNormal || e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "n" {
+						t.Errorf("Event %+v: want a Normal Event about Node n", e)
+					}
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %s Event %q; saw %q", ReasonResourcesChanged, message, seen)
+			}
+		}
+	}
+	waitEvent("nvidia.com/gpu: 0 -> 8 devices, rule gpu")
+	checkAnnotations := func(digest, resources string) {
+		t.Helper()
+		c := a.publisher.content()
+		if c == nil {
+			t.Fatal("nothing published")
+		}
+		want := map[string]string{AnnotationRulesDigest: digest, AnnotationResources: resources}
+		if !reflect.DeepEqual(c.Annotations, want) {
+			t.Errorf("annotations %v, want %v", c.Annotations, want)
+		}
+	}
+	checkAnnotations(RulesDigest(first), "nvidia.com/gpu=8")
+
+	if err := os.WriteFile(rulesPath, second, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent("example.com/h100: 0 -> 8 devices, rule h100; nvidia.com/gpu: 8 -> 0 devices, rule gpu")
+	checkAnnotations(RulesDigest(second), "example.com/h100=8")
+}
