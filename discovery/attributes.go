@@ -39,6 +39,8 @@ const (
 	AttrComputeMode  = "compute.mode"
 	AttrNVLinks      = "nvlinks"
 	AttrNVLinkPeers  = "nvlink.peers"
+	AttrMode         = "mode"
+	AttrClique       = "clique"
 )
 
 // Attribute names of the nvidia.mig instances (besides uuid, index and memory).
@@ -297,6 +299,10 @@ var catalog = []Attribute{
 		func(_ *Inventory, g *GPU) string { return g.PCIBusID }),
 	gpuAttr(AttrComputeMode, TypeString, "Default", "Default, ExclusiveProcess, Prohibited or unknown",
 		func(_ *Inventory, g *GPU) string { return g.ComputeMode }),
+	gpuAttr(AttrMode, TypeString, "compute", "PCI class: compute (3D controller), graphics (VGA controller) or unknown; not the compute mode",
+		func(_ *Inventory, g *GPU) string { return g.Mode }),
+	gpuAttr(AttrClique, TypeString, "7b968a6d-c8aa-45e1-9e07-e1e51be99c31.1", "NVLink multi-node fabric (IMEX) <cluster UUID>.<clique ID>; empty when not fabric-attached",
+		func(_ *Inventory, g *GPU) string { return g.Clique }),
 	gpuAttr(AttrNVLinks, TypeInt, "12", "active NVLinks: 18 on an H100 SXM (DGX/HGX), 12 on a bridged H100 NVL, 0 without NVLink",
 		func(_ *Inventory, g *GPU) string { return strconv.Itoa(g.NVLinks) }),
 	gpuAttr(AttrNVLinkPeers, TypeInt, "7", "other GPUs it reaches by NVLink: 7 on an 8-GPU NVSwitch baseboard, 1 on a bridged pair",

@@ -43,6 +43,7 @@ type reader struct {
 	lib       nvml.Interface
 	devlib    device.Interface
 	sysfsRoot string
+	syms      symbols // newer NVML functions the library has (mode.go)
 }
 
 // readError is an NVML failure while reading one fact of one device.
@@ -122,6 +123,7 @@ func (r *reader) inventory() (*Inventory, error) {
 		inv.CUDADriverVersion = Unknown
 	}
 
+	r.lookupSymbols()
 	count, ret := r.lib.DeviceGetCount()
 	if err := check(ret, "device count", ""); err != nil {
 		return nil, err
@@ -166,7 +168,7 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 	dev := "GPU " + strconv.Itoa(index)
 	g.Index = index
 	// What a GPU lost midway keeps for the facts not read yet.
-	g.Minor, g.NUMANode, g.ComputeMode, g.Brand, g.Architecture = -1, NoNUMANode, Unknown, Unknown, Unknown
+	g.Minor, g.NUMANode, g.ComputeMode, g.Brand, g.Architecture, g.Mode = -1, NoNUMANode, Unknown, Unknown, Unknown, Unknown
 	var ret nvml.Return
 
 	if g.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
@@ -204,11 +206,10 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 	}
 	g.MemoryMiB = mem.Total / mib
 
-	pci, ret := h.GetPciInfo()
-	if err := check(ret, "PCI info", dev); err != nil {
+	g.Mode = Unknown
+	if g.PCIBusID, g.Mode, err = r.pciInfo(h, dev); err != nil {
 		return err
 	}
-	g.PCIBusID = normalizeBusID(busIDString(pci.BusId[:]))
 
 	g.NUMANode = NoNUMANode
 	numa, ret := h.GetNumaNodeId()
@@ -339,7 +340,8 @@ func computeModeName(m nvml.ComputeMode) string {
 }
 
 // familyOf names the architecture family from the compute capability, as
-// gpu-feature-discovery does for its gpu.family label.
+// gpu-feature-discovery does for its gpu.family label. It is the one
+// family table of featureplug: labels and features both use GPU.Family.
 func familyOf(major, minor int) string {
 	switch {
 	case major == 1:
@@ -364,6 +366,8 @@ func familyOf(major, minor int) string {
 		return "hopper"
 	case major == 10 || major == 12:
 		return "blackwell"
+	case major == 13:
+		return "rubin"
 	default:
 		return "undefined"
 	}

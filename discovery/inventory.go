@@ -70,6 +70,16 @@ type GPU struct {
 	// MIGDevices are the GPU's MIG devices (only when MIGEnabled), ordered
 	// by GPU instance ID, then compute instance ID.
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+	// Mode is the GPU's PCI class as gpu-feature-discovery's gpu.mode
+	// reads it: ModeCompute (3D controller), ModeGraphics (VGA
+	// controller) or Unknown (another class, or NVML cannot tell). It is
+	// not the compute mode (ComputeMode) and changes only when the GPU is
+	// switched with NVIDIA's displaymodeselector (mode.go).
+	Mode string `json:"mode"`
+	// Clique is "<cluster UUID>.<clique ID>" of a GPU attached to an
+	// NVLink multi-node fabric (IMEX domain, e.g. GB200 NVL72), "" when it
+	// is not attached (mode.go).
+	Clique string `json:"clique,omitempty"`
 	// NVLinks is the number of the GPU's active NVLinks (18 on an H100 SXM
 	// of an HGX baseboard, 12 on a bridged H100 NVL, 0 without NVLink).
 	NVLinks int `json:"nvlinks,omitempty"`

@@ -22,7 +22,10 @@ import (
 //     H100 NVL pairs: then every active link's remote end is read once) or
 //     an NVSwitch (HGX/DGX baseboards: then every active link is taken to
 //     reach the switch fabric, as it does on every such baseboard, and no
-//     other link is read);
+//     other link is read). A GPU the fabric manager knows
+//     (GetGpuFabricInfo, Hopper and later) is on the switch fabric: that
+//     one call also gives its multi-node clique (gpu.clique); older GPUs
+//     are asked GetNvLinkRemoteDeviceType;
 //   - the PCIe common ancestor once per pair.
 //
 // Two GPUs that both reach the NVSwitch fabric are connected by as many
@@ -36,6 +39,9 @@ type linkReading struct {
 	direct map[int]int
 	// switched is the number of lanes to the NVSwitch fabric.
 	switched int
+	// clique is the GPU's multi-node fabric clique, "" when it is not
+	// fabric-attached (mode.go).
+	clique string
 }
 
 // links builds the GPU link matrix, indexed by NVML index (count GPUs;
@@ -62,6 +68,7 @@ func (r *reader) links(handles []nvml.Device, gpus []GPU, count int) (LinkMatrix
 		}
 		readings[k] = lr
 		gpus[k].NVLinks = lr.active
+		gpus[k].Clique = lr.clique
 	}
 	if count < 2 {
 		return nil, nil
@@ -114,6 +121,23 @@ func (r *reader) nvlinks(h nvml.Device, dev string, byBus map[string]int) (linkR
 		if peer, ok := byBus[normalizeBusID(busIDString(remote.BusId[:]))]; ok {
 			lr.direct[peer]++
 			continue
+		}
+		if n == 0 {
+			// Not a peer: on an NVSwitch baseboard the fabric manager
+			// knows the GPU. One GetGpuFabricInfo then says both that
+			// every link reaches the switch fabric and, for gpu.clique,
+			// whether the GPU is attached to a multi-node fabric, in
+			// place of GetNvLinkRemoteDeviceType: no extra call on
+			// Hopper and later; an older GPU answers NOT_SUPPORTED and
+			// is asked the remote type as before (one call more).
+			f, err := r.fabricInfo(h, dev)
+			if err != nil {
+				return lr, err
+			}
+			if f.onFabric {
+				lr.switched, lr.clique = len(active), f.clique
+				return lr, nil
+			}
 		}
 		kind, ret := h.GetNvLinkRemoteDeviceType(l)
 		if lost(ret) {

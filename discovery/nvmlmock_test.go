@@ -52,6 +52,12 @@ func newMockNode() *mockNode {
 		SystemGetNVMLVersionFunc:       func() (string, nvml.Return) { return "12.570.86.15", nvml.SUCCESS },
 		SystemGetCudaDriverVersionFunc: func() (int, nvml.Return) { return 12080, nvml.SUCCESS },
 		DeviceGetCountFunc:             func() (int, nvml.Return) { return mockGPUs, nvml.SUCCESS },
+		// An older driver: no GetPciInfoExt, no GetGpuFabricInfo (mode.go).
+		ExtensionsFunc: func() nvml.ExtendedInterface {
+			return &mock.ExtendedInterface{LookupSymbolFunc: func(name string) error {
+				return fmt.Errorf("%s: %w", name, nvml.ERROR_FUNCTION_NOT_FOUND)
+			}}
+		},
 		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
 			if i < 0 || i >= mockGPUs {
 				return nil, nvml.ERROR_INVALID_ARGUMENT

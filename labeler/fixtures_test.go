@@ -28,6 +28,7 @@ func gpu(index int, product string) discovery.GPU {
 		PCIBusID:    fmt.Sprintf("0000:%02x:00.0", 0x07+index*0x10),
 		NUMANode:    index / 4,
 		ComputeMode: "Default",
+		Mode:        discovery.ModeCompute,
 	}
 	switch product {
 	case "NVIDIA A100-SXM4-40GB":
@@ -150,20 +151,24 @@ func planFor(inv *discovery.Inventory, claim func(g *discovery.GPU, m *discovery
 // mixedPlan serves whole GPUs as nvidia.com/gpu and MIG devices as
 // nvidia.com/mig-<profile>, like the built-in "mixed" rules.
 func mixedPlan(inv *discovery.Inventory) *plan.Plan {
-	return planFor(inv, func(_ *discovery.GPU, m *discovery.MIGDevice) (string, plan.Sharing) {
+	p := planFor(inv, func(_ *discovery.GPU, m *discovery.MIGDevice) (string, plan.Sharing) {
 		if m != nil {
 			return MIGResourcePrefix + m.Profile, plan.Sharing{}
 		}
 		return GPUResource, plan.Sharing{}
 	})
+	p.MIGStrategy = MIGStrategyMixed
+	return p
 }
 
 // singlePlan serves MIG devices as nvidia.com/gpu, like the built-in
 // "single" rules.
 func singlePlan(inv *discovery.Inventory) *plan.Plan {
-	return planFor(inv, func(_ *discovery.GPU, _ *discovery.MIGDevice) (string, plan.Sharing) {
+	p := planFor(inv, func(_ *discovery.GPU, _ *discovery.MIGDevice) (string, plan.Sharing) {
 		return GPUResource, plan.Sharing{}
 	})
+	p.MIGStrategy = MIGStrategySingle
+	return p
 }
 
 // sharedPlan serves whole GPUs as nvidia.com/gpu shared with strategy s.

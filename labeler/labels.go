@@ -20,8 +20,18 @@ const (
 	LabelMachine = "nvidia.com/gpu.machine"
 	// LabelMIGCapable is "true" when any GPU supports MIG.
 	LabelMIGCapable = "nvidia.com/mig.capable"
-	// LabelMIGStrategy is none, single or mixed, derived from the Plan.
+	// LabelMIGStrategy is single or mixed: the Plan's MIG strategy (the
+	// one the rules amount to), absent for none, as gpu-feature-discovery
+	// labels its configured strategy.
 	LabelMIGStrategy = "nvidia.com/mig.strategy"
+	// LabelGPUMode is compute or graphics: the GPUs' PCI class (3D
+	// controller or VGA controller), unknown when they differ or NVML
+	// cannot tell, as gpu-feature-discovery labels it.
+	LabelGPUMode = "nvidia.com/gpu.mode"
+	// LabelGPUClique is "<IMEX cluster UUID>.<clique ID>" of the node's
+	// fabric-attached GPUs (NVLink multi-node, e.g. GB200 NVL72), absent
+	// when none is attached or they disagree.
+	LabelGPUClique = "nvidia.com/gpu.clique"
 	// LabelMPSCapable is "true" when the Plan shares a resource with MPS and
 	// no GPU has MIG enabled.
 	LabelMPSCapable = "nvidia.com/mps.capable"
@@ -81,14 +91,33 @@ const (
 
 // Values of LabelMIGStrategy.
 const (
-	MIGStrategyNone   = "none"
-	MIGStrategySingle = "single"
-	MIGStrategyMixed  = "mixed"
+	MIGStrategyNone   = plan.MIGStrategyNone
+	MIGStrategySingle = plan.MIGStrategySingle
+	MIGStrategyMixed  = plan.MIGStrategyMixed
 )
 
 // sharedSuffix is appended to the product label of a resource whose devices
 // are shared by more than one container, as gpu-feature-discovery does.
 const sharedSuffix = "SHARED"
+
+// invalidSuffix ends the product label of a node the single strategy
+// refuses: <product>-MIG-INVALID, gpu-feature-discovery's value.
+const invalidSuffix = "INVALID"
+
+// renamedSuffix ends the names NVIDIA's renameByDefault gives shared
+// resources (nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb.shared).
+const renamedSuffix = ".shared"
+
+// MachineUnknown is the nvidia.com/gpu.machine value when the machine type
+// cannot be read, gpu-feature-discovery's.
+const MachineUnknown = "unknown"
+
+// Values of LabelGPUMode.
+const (
+	GPUModeCompute  = "compute"
+	GPUModeGraphics = "graphics"
+	GPUModeUnknown  = "unknown"
+)
 
 // LabelOptions tunes Labels. The zero value gives gpu-feature-discovery's
 // default label set without a timestamp.
@@ -97,7 +126,8 @@ type LabelOptions struct {
 	// Leave it zero in agents that publish on change: a timestamp makes
 	// every publish a write.
 	Timestamp time.Time
-	// Machine, when not empty, is published as LabelMachine (sanitized).
+	// Machine is published as LabelMachine (sanitized); empty publishes
+	// MachineUnknown, as gpu-feature-discovery does without a DMI file.
 	Machine string
 	// OmitDeprecated leaves out the deprecated cuda.driver.* and
 	// cuda.runtime.* labels.
@@ -111,11 +141,14 @@ type LabelOptions struct {
 // Labels computes the node labels for an Inventory and, when plan is not
 // nil, for the resources the Plan serves. It is a pure function: the same
 // input gives the same map. A node without GPUs gets no labels at all, so
-// publishing the result removes stale ones.
+// publishing the result removes stale ones. Names, values and presence
+// follow gpu-feature-discovery v0.20 (see README.md and golden_test.go for
+// where each comes from).
 //
 // Node facts (always, from the Inventory):
-//   - nvidia.com/gpu.present, mig.capable, mps.capable, the driver and CUDA
-//     version labels;
+//   - nvidia.com/gpu.present, mig.capable, mps.capable, gpu.mode,
+//     gpu.machine, gpu.clique (fabric-attached GPUs only), the driver and
+//     CUDA version labels;
 //   - nvidia.com/gpu.product, gpu.count, gpu.memory, gpu.family,
 //     gpu.compute.major and gpu.compute.minor describe the node's GPU model.
 //     On a node with several models this is the most common model (ties go
@@ -123,26 +156,33 @@ type LabelOptions struct {
 //     that model, as gpu-feature-discovery counts per model. The features
 //     (nvidia.gpu instances) carry every GPU.
 //
-// Per-resource labels (only with a Plan; a nil Plan means no rules yet):
-//   - nvidia.com/mig.strategy: mixed when any MIG device is served under a
-//     nvidia.com/mig-<profile> name, else single when MIG devices are served
-//     as nvidia.com/gpu, else none.
+// With a Plan (a nil Plan means no rules yet):
+//   - nvidia.com/mig.strategy: the Plan's MIG strategy, single or mixed;
+//     absent for none.
 //   - nvidia.com/gpu.replicas and gpu.sharing-strategy describe how the
-//     nvidia.com/gpu resource is shared (0 and none when the Plan does not
-//     serve nvidia.com/gpu, as gpu-feature-discovery writes for MIG-enabled
-//     GPUs); gpu.product gets a -SHARED suffix when replicas > 1. When
-//     nvidia.com/gpu serves MIG devices (the single strategy), gpu.product,
-//     gpu.count and gpu.memory describe those MIG devices instead
-//     (A100-SXM4-40GB-MIG-1g.5gb, the number of MIG devices, their memory)
-//     and the MIG attribute labels (gpu.multiprocessors, gpu.slices.gi, ...)
-//     are added.
-//   - every other resource R gets R.product, R.count (devices, not
-//     replicas), R.replicas, R.sharing-strategy and, for whole GPUs,
-//     R.memory, R.family, R.compute.major/minor, or, for MIG devices,
-//     R.memory, R.multiprocessors, R.slices.gi, R.slices.ci and
-//     R.engines.copy|decoder|encoder|jpeg|ofa. A resource whose devices
-//     differ (models or profiles) is described by its most common kind of
-//     device, ties going to the first in Plan order.
+//     node model's whole GPUs are shared, whatever resource serves them (a
+//     renamed resource such as nvidia.com/gpu.shared counts, as with
+//     NVIDIA's renameByDefault); gpu.product gets -SHARED when they are
+//     shared under nvidia.com/gpu itself. They are 0 and none when the
+//     model's GPUs are all in MIG mode, and absent when its whole GPUs are
+//     not served at all.
+//   - single: when nvidia.com/gpu serves MIG devices, gpu.product,
+//     gpu.count and gpu.memory describe them
+//     (NVIDIA-A100-SXM4-40GB-MIG-1g.5gb, the number of MIG devices, their
+//     memory) and the MIG attribute labels (gpu.multiprocessors,
+//     gpu.slices.gi, ...) are added; on a node the strategy refuses
+//     (Plan.SingleInvalid) gpu.product is <product>-MIG-INVALID and
+//     gpu.count, gpu.replicas and gpu.memory are 0.
+//   - mixed: every served MIG profile P gets nvidia.com/mig-P.product,
+//     .count, .replicas, .sharing-strategy and the MIG attribute labels,
+//     whatever resource serves it ('+' in P becomes '.').
+//   - every other resource R (not nvidia.com/gpu, not nvidia.com/mig-*,
+//     not a renameByDefault name <those>.shared) gets R.product, R.count
+//     (devices, not replicas), R.replicas, R.sharing-strategy and, for
+//     whole GPUs, R.memory, R.family, R.compute.major/minor, or, for MIG
+//     devices, the MIG attribute labels. A resource whose devices differ
+//     (models or profiles) is described by its most common kind of device,
+//     ties going to the first in Plan order.
 //
 // Values are made valid label values (see SanitizeValue); keys that are not
 // valid label keys are left out (see LabelOptions.OnDropped).
@@ -156,9 +196,15 @@ func Labels(inv *discovery.Inventory, p *plan.Plan, opts LabelOptions) map[strin
 	l.versions(inv, opts.OmitDeprecated)
 	l.set(LabelMIGCapable, strconv.FormatBool(anyGPU(inv, func(g *discovery.GPU) bool { return g.MIGCapable })))
 	l.set(LabelMPSCapable, strconv.FormatBool(mpsCapable(inv, p)))
-	if opts.Machine != "" {
-		l.set(LabelMachine, opts.Machine)
+	l.set(LabelGPUMode, gpuMode(inv))
+	if clique := gpuClique(inv); clique != "" {
+		l.set(LabelGPUClique, clique)
 	}
+	machine := SanitizeValue(opts.Machine)
+	if machine == "" {
+		machine = MachineUnknown
+	}
+	l.set(LabelMachine, machine)
 	if !opts.Timestamp.IsZero() {
 		l.set(LabelTimestamp, strconv.FormatInt(opts.Timestamp.Unix(), 10))
 	}
@@ -169,14 +215,167 @@ func Labels(inv *discovery.Inventory, p *plan.Plan, opts LabelOptions) map[strin
 	if p == nil {
 		return l.m
 	}
-	l.set(LabelMIGStrategy, migStrategy(p))
-	l.set(resourceKey(GPUResource, SuffixReplicas), "0")
-	l.set(resourceKey(GPUResource, SuffixSharingStrategy), noneLabel())
+	if p.MIGStrategy == MIGStrategySingle || p.MIGStrategy == MIGStrategyMixed {
+		l.set(LabelMIGStrategy, p.MIGStrategy)
+	}
 	idx := newDeviceIndex(inv)
+	l.nodeSharing(inv, idx, model, p)
+	if p.MIGStrategy == MIGStrategyMixed {
+		l.migProfiles(idx, p)
+	}
 	for i := range p.Resources {
-		l.resource(idx, model, &p.Resources[i])
+		r := &p.Resources[i]
+		if r.Name == GPUResource || !gfdName(r.Name) {
+			l.resource(idx, r)
+		}
+	}
+	if p.SingleInvalid != "" {
+		l.singleInvalid(inv)
 	}
 	return l.m
+}
+
+// gfdName reports whether gpu-feature-discovery labels the resource under
+// a name of its own rather than under the resource's: nvidia.com/gpu,
+// nvidia.com/mig-<profile>, and their renameByDefault names.
+func gfdName(name string) bool {
+	name = strings.TrimSuffix(name, renamedSuffix)
+	return name == GPUResource || strings.HasPrefix(name, MIGResourcePrefix)
+}
+
+// nodeSharing adds nvidia.com/gpu.replicas and gpu.sharing-strategy for the
+// whole GPUs of the node model, and -SHARED on gpu.product when they are
+// shared as nvidia.com/gpu (a renamed resource keeps the plain product, as
+// gpu-feature-discovery does).
+func (l *labelSet) nodeSharing(inv *discovery.Inventory, idx deviceIndex, model *discovery.GPU, p *plan.Plan) {
+	whole := false
+	for i := range inv.GPUs {
+		if g := &inv.GPUs[i]; g.Product == model.Product && !g.MIGEnabled {
+			whole = true
+		}
+	}
+	if !whole {
+		// gpu-feature-discovery labels GPUs in MIG mode without sharing.
+		l.set(resourceKey(GPUResource, SuffixReplicas), "0")
+		l.set(resourceKey(GPUResource, SuffixSharingStrategy), noneLabel())
+		return
+	}
+	for i := range p.Resources {
+		r := &p.Resources[i]
+		for _, d := range r.Devices {
+			g, ok := idx.gpus[d.GPUUUID]
+			if d.Kind != plan.DeviceGPU || !ok || g.Product != model.Product {
+				continue
+			}
+			replicas, strategy := r.Sharing.Label()
+			l.setInt(resourceKey(GPUResource, SuffixReplicas), replicas)
+			l.set(resourceKey(GPUResource, SuffixSharingStrategy), strategy)
+			if r.Name == GPUResource && replicas > 1 {
+				l.set(resourceKey(GPUResource, SuffixProduct), productName(true, model.Product))
+			}
+			return
+		}
+	}
+	// Not advertised: no replicas label (issue 15).
+}
+
+// migProfiles adds the mixed strategy's nvidia.com/mig-<profile>.* labels
+// for every MIG profile the Plan serves, in Plan order.
+func (l *labelSet) migProfiles(idx deviceIndex, p *plan.Plan) {
+	type served struct {
+		gpu   *discovery.GPU
+		mig   *discovery.MIGDevice
+		res   *plan.Resource
+		count int
+	}
+	byProfile := map[string]*served{}
+	var order []string
+	for i := range p.Resources {
+		r := &p.Resources[i]
+		for _, d := range r.Devices {
+			m, ok := idx.migs[d.ID]
+			if d.Kind != plan.DeviceMIG || !ok {
+				continue
+			}
+			s, ok := byProfile[m.Profile]
+			if !ok {
+				s = &served{gpu: idx.gpus[d.GPUUUID], mig: m, res: r}
+				byProfile[m.Profile] = s
+				order = append(order, m.Profile)
+			}
+			s.count++
+		}
+	}
+	for _, profile := range order {
+		s := byProfile[profile]
+		name := MIGResourcePrefix + migProfileName(profile)
+		replicas, strategy := s.res.Sharing.Label()
+		product := productName(replicas > 1 && s.res.Name == name, s.gpu.Product, "MIG", migProfileName(profile))
+		l.set(resourceKey(name, SuffixProduct), product)
+		l.setInt(resourceKey(name, SuffixCount), s.count)
+		l.setInt(resourceKey(name, SuffixReplicas), replicas)
+		l.set(resourceKey(name, SuffixSharingStrategy), strategy)
+		l.migLabels(name, s.mig)
+	}
+}
+
+// singleInvalid overrides the node's nvidia.com/gpu labels as
+// gpu-feature-discovery does on a node the single strategy refuses.
+func (l *labelSet) singleInvalid(inv *discovery.Inventory) {
+	product := inv.GPUs[0].Product
+	for i := range inv.GPUs {
+		if inv.GPUs[i].MIGEnabled {
+			product = inv.GPUs[i].Product
+			break
+		}
+	}
+	l.set(resourceKey(GPUResource, SuffixProduct), productName(false, product, "MIG", invalidSuffix))
+	l.set(resourceKey(GPUResource, SuffixCount), "0")
+	l.set(resourceKey(GPUResource, SuffixReplicas), "0")
+	l.set(resourceKey(GPUResource, SuffixMemory), "0")
+	if _, ok := l.m[resourceKey(GPUResource, SuffixSharingStrategy)]; !ok {
+		l.set(resourceKey(GPUResource, SuffixSharingStrategy), noneLabel())
+	}
+}
+
+// migProfileName is a MIG profile as NVIDIA names it in resource names
+// and product labels: '+' becomes '.' (1g.10gb+me is 1g.10gb.me).
+func migProfileName(profile string) string { return strings.ReplaceAll(profile, "+", ".") }
+
+// gpuMode is LabelGPUMode's value: the GPUs' common mode, else unknown.
+func gpuMode(inv *discovery.Inventory) string {
+	mode := inv.GPUs[0].Mode
+	for i := range inv.GPUs {
+		if inv.GPUs[i].Mode != mode {
+			return GPUModeUnknown
+		}
+	}
+	switch mode {
+	case discovery.ModeCompute:
+		return GPUModeCompute
+	case discovery.ModeGraphics:
+		return GPUModeGraphics
+	}
+	return GPUModeUnknown
+}
+
+// gpuClique is LabelGPUClique's value: the one clique of the node's
+// fabric-attached GPUs, or "" when none is attached or they are in
+// different cliques (gpu-feature-discovery then logs a warning and leaves
+// the label out; discovery's features carry each GPU's clique).
+func gpuClique(inv *discovery.Inventory) string {
+	clique := ""
+	for i := range inv.GPUs {
+		c := inv.GPUs[i].Clique
+		switch {
+		case c == "":
+		case clique == "":
+			clique = c
+		case c != clique:
+			return ""
+		}
+	}
+	return clique
 }
 
 // labelSet collects labels, validating keys and sanitizing values.
@@ -248,28 +447,24 @@ func (l *labelSet) gpuLabels(resource string, g *discovery.GPU, count int) {
 	}
 }
 
-// resource adds the labels of one Plan resource. nodeGPU is the GPU that
-// the node-level nvidia.com/gpu.* labels describe.
-func (l *labelSet) resource(idx deviceIndex, nodeGPU *discovery.GPU, r *plan.Resource) {
+// resource adds the labels of one Plan resource: featureplug's own for a
+// resource of another name, gpu-feature-discovery's single-strategy labels
+// for MIG devices served as nvidia.com/gpu. Whole GPUs served as
+// nvidia.com/gpu keep the node-level model labels (see nodeSharing).
+func (l *labelSet) resource(idx deviceIndex, r *plan.Resource) {
 	if len(r.Devices) == 0 {
 		return
 	}
 	replicas, strategy := r.Sharing.Label()
 	shared := replicas > 1
 	gpu, mig := idx.representative(r.Devices)
-
 	if r.Name == GPUResource && mig == nil {
-		// Whole GPUs served as nvidia.com/gpu: the node-level model labels
-		// stay; only sharing changes them.
-		l.set(resourceKey(r.Name, SuffixProduct), productName(shared, nodeGPU.Product))
-		l.setInt(resourceKey(r.Name, SuffixReplicas), replicas)
-		l.set(resourceKey(r.Name, SuffixSharingStrategy), strategy)
 		return
 	}
 
 	switch {
 	case mig != nil:
-		l.set(resourceKey(r.Name, SuffixProduct), productName(shared, gpu.Product, "MIG", mig.Profile))
+		l.set(resourceKey(r.Name, SuffixProduct), productName(shared, gpu.Product, "MIG", migProfileName(mig.Profile)))
 		l.migLabels(r.Name, mig)
 	case gpu != nil:
 		l.gpuLabels(r.Name, gpu, len(r.Devices))
@@ -337,29 +532,6 @@ func nodeModel(inv *discovery.Inventory) (*discovery.GPU, int) {
 		}
 	}
 	return best, counts[best.Product]
-}
-
-// migStrategy derives gpu-feature-discovery's MIG strategy from where the
-// Plan puts MIG devices.
-func migStrategy(p *plan.Plan) string {
-	single := false
-	for _, r := range p.Resources {
-		for _, d := range r.Devices {
-			if d.Kind != plan.DeviceMIG {
-				continue
-			}
-			if strings.HasPrefix(r.Name, MIGResourcePrefix) {
-				return MIGStrategyMixed
-			}
-			if r.Name == GPUResource {
-				single = true
-			}
-		}
-	}
-	if single {
-		return MIGStrategySingle
-	}
-	return MIGStrategyNone
 }
 
 // mpsCapable reports what gpu-feature-discovery labels as mps.capable: a

@@ -121,10 +121,10 @@ func TestLabelsChoices(t *testing.T) {
 			want: map[string]string{"nvidia.com/gpu.replicas": "", "nvidia.com/gpu.sharing-strategy": "", "nvidia.com/mig.strategy": "", "nvidia.com/mps.capable": "false"},
 		},
 		{
-			name: "MIG devices exposed by no resource",
+			name: "MIG devices exposed by no resource (strategy none: no label)",
 			inv:  migOnly,
 			plan: &plan.Plan{},
-			want: map[string]string{"nvidia.com/mig.strategy": "none", "nvidia.com/gpu.replicas": "0", "nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/gpu.count": "2"},
+			want: map[string]string{"nvidia.com/mig.strategy": "", "nvidia.com/gpu.replicas": "0", "nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/gpu.count": "2"},
 		},
 		{
 			name: "MPS with a MIG-enabled GPU is not MPS capable",

@@ -20,9 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/csaupgrade"
-	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 )
 
@@ -74,11 +72,17 @@ type NodeFeatureConfig struct {
 	NodeName string
 	// Namespace is where the NodeFeature lives (the agent's namespace).
 	Namespace string
-	// NFD is the NFD API client.
-	NFD nfdclientset.Interface
+	// NFD is the NFD API client (see NFDClientOf).
+	NFD NFDClient
 	// Kube is the core API client, used to read the Node's UID for the
 	// owner reference.
-	Kube kubernetes.Interface
+	Kube NodeGetter
+	// Owners, when set, returns the NodeFeature's owner references
+	// instead of the Node: the agent's Pod and DaemonSet, as nfd-worker
+	// owns its NodeFeature, so that deleting the DaemonSet (uninstalling)
+	// garbage-collects the object and nfd-master removes the labels. It is
+	// called on every create and when none are cached.
+	Owners func(ctx context.Context) ([]metav1.OwnerReference, error)
 	// Logger receives create and update messages; nil uses slog.Default().
 	Logger *slog.Logger
 }
@@ -97,7 +101,9 @@ func (s WriteStats) Writes() uint64 { return s.Creates + s.Updates }
 // NodeFeaturePublisher publishes a node's Content as one
 // nfd.k8s-sigs.io/v1alpha1 NodeFeature object, named NodeFeatureName(node),
 // labelled with NodeNameLabel and ManagedByLabel, and owned by the Node
-// object so that it goes when the node goes and survives agent restarts.
+// object (it goes when the node goes and survives agent restarts and
+// uninstalls) or by what NodeFeatureConfig.Owners returns (the agent's Pod
+// and DaemonSet: it also goes when featureplug is uninstalled).
 //
 // Publish writes with server-side apply (field manager FieldManager,
 // forced) only when the content differs
@@ -108,17 +114,21 @@ func (s WriteStats) Writes() uint64 { return s.Creates + s.Updates }
 // NFD's CRDs gives an error wrapping ErrCRDMissing.
 type NodeFeaturePublisher struct {
 	node, namespace, name string
-	nfd                   nfdclientset.Interface
-	kube                  kubernetes.Interface
+	nfd                   NFDClient
+	kube                  NodeGetter
+	ownersFn              func(ctx context.Context) ([]metav1.OwnerReference, error)
 	log                   *slog.Logger
 
-	mu    sync.Mutex // serializes Publish; guards owner, applied, lastRV
-	owner *metav1.OwnerReference
+	mu sync.Mutex // serializes Publish; guards owners, applied, lastRV
+	// owners are the owner references applied (the Node, or Config.Owners).
+	owners []metav1.OwnerReference
 	// applied identifies the content last applied or found in place (see
 	// key); "" after a failure, which makes the next Publish read first.
 	applied string
 	// lastRV is the object's resourceVersion after the last apply or read.
 	lastRV string
+	// annotations are the Content's annotations being published.
+	annotations map[string]string
 
 	creates, updates, unchanged atomic.Uint64
 }
@@ -155,6 +165,7 @@ func NewNodeFeaturePublisher(cfg NodeFeatureConfig) (*NodeFeaturePublisher, erro
 		name:      name,
 		nfd:       cfg.NFD,
 		kube:      cfg.Kube,
+		ownersFn:  cfg.Owners,
 		log:       log.With("nodefeature", cfg.Namespace+"/"+name),
 	}, nil
 }
@@ -183,7 +194,8 @@ func (p *NodeFeaturePublisher) Publish(ctx context.Context, c Content) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	spec := specOf(c)
-	if p.applied != "" && p.owner != nil {
+	p.annotations = c.Annotations
+	if p.applied != "" && p.owners != nil {
 		if p.key(spec) == p.applied {
 			p.unchanged.Add(1)
 			return nil
@@ -199,6 +211,7 @@ func (p *NodeFeaturePublisher) Publish(ctx context.Context, c Content) error {
 func (p *NodeFeaturePublisher) Resync(ctx context.Context, c Content) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.annotations = c.Annotations
 	return p.verify(ctx, specOf(c), metav1.GetOptions{ResourceVersion: "0"})
 }
 
@@ -217,7 +230,7 @@ func specOf(c Content) *nfdv1alpha1.NodeFeatureSpec {
 // verify reads the object, refuses one that is not ours, and applies spec
 // unless the object already holds it.
 func (p *NodeFeaturePublisher) verify(ctx context.Context, spec *nfdv1alpha1.NodeFeatureSpec, opts metav1.GetOptions) error {
-	cur, err := p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Get(ctx, p.name, opts)
+	cur, err := p.nfd(p.namespace).Get(ctx, p.name, opts)
 	switch {
 	case err == nil:
 	case isCRDMissing(err):
@@ -240,7 +253,7 @@ func (p *NodeFeaturePublisher) verify(ctx context.Context, spec *nfdv1alpha1.Nod
 		p.applied = ""
 		return err
 	}
-	owner, err := p.ownerRef(ctx, false)
+	owners, err := p.ownerRef(ctx, false)
 	if err != nil {
 		p.applied = ""
 		return err
@@ -252,8 +265,9 @@ func (p *NodeFeaturePublisher) verify(ctx context.Context, spec *nfdv1alpha1.Nod
 	p.lastRV = cur.ResourceVersion
 	want := cur.DeepCopy()
 	want.Labels = p.objectLabels(want.Labels)
-	want.OwnerReferences = []metav1.OwnerReference{*owner}
+	want.OwnerReferences = owners
 	want.Spec = *spec
+	want.Annotations = withAnnotations(want.Annotations, p.annotations)
 	if equality.Semantic.DeepEqual(cur, want) {
 		p.applied = p.key(spec)
 		p.unchanged.Add(1)
@@ -277,7 +291,7 @@ func (p *NodeFeaturePublisher) upgradeManagedFields(ctx context.Context, cur *nf
 	if patch == nil {
 		return nil
 	}
-	obj, err := p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Patch(ctx, p.name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	obj, err := p.nfd(p.namespace).Patch(ctx, p.name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return p.apiError("patch managed fields of", err)
 	}
@@ -297,7 +311,7 @@ func (p *NodeFeaturePublisher) apply(ctx context.Context, spec *nfdv1alpha1.Node
 		return err
 	}
 	force := true
-	obj, err := p.nfd.NfdV1alpha1().NodeFeatures(p.namespace).Patch(ctx, p.name, types.ApplyPatchType, body,
+	obj, err := p.nfd(p.namespace).Patch(ctx, p.name, types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
 	switch {
 	case err == nil:
@@ -340,7 +354,8 @@ func (p *NodeFeaturePublisher) applyBody(spec *nfdv1alpha1.NodeFeatureSpec) ([]b
 			Name:            p.name,
 			Namespace:       p.namespace,
 			Labels:          p.objectLabels(nil),
-			OwnerReferences: []metav1.OwnerReference{*p.owner},
+			Annotations:     p.annotations,
+			OwnerReferences: p.owners,
 		},
 		Spec: *spec,
 	}
@@ -359,15 +374,37 @@ func (p *NodeFeaturePublisher) key(spec *nfdv1alpha1.NodeFeatureSpec) string {
 	}
 	sum := sha256.New()
 	sum.Write(data)
-	if p.owner != nil {
-		sum.Write([]byte(p.owner.UID))
+	for _, o := range p.owners {
+		sum.Write([]byte(o.UID))
+	}
+	if len(p.annotations) > 0 {
+		ann, _ := json.Marshal(p.annotations) // sorted keys
+		sum.Write(ann)
 	}
 	return hex.EncodeToString(sum.Sum(nil))
 }
 
+// withAnnotations returns existing with featureplug's annotations (keys
+// under featureplug.io/) replaced by ours; others' annotations are kept.
+// An apply that no longer carries one of ours removes it, as this does.
+func withAnnotations(existing, ours map[string]string) map[string]string {
+	out := maps.Clone(existing)
+	maps.DeleteFunc(out, func(k, _ string) bool { return strings.HasPrefix(k, "featureplug.io/") })
+	if len(ours) > 0 && out == nil {
+		out = make(map[string]string, len(ours))
+	}
+	maps.Copy(out, ours)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 // checkOurs refuses objects featureplug did not write: without the
-// managed-by marker, for another node, or owned by anything but this Node.
-// An owner reference to this Node with a stale UID is ours and gets fixed.
+// managed-by marker, for another node, or owned by anything but this Node
+// or the agent's Pod and DaemonSet (any --owner featureplug can be run
+// with; switching between them fixes the references). An owner reference
+// with a stale UID is ours and gets fixed.
 func (p *NodeFeaturePublisher) checkOurs(obj *nfdv1alpha1.NodeFeature) error {
 	if v := obj.Labels[ManagedByLabel]; v != ManagedByValue {
 		return fmt.Errorf("NodeFeature %s/%s exists but has label %s=%q, not %q: refusing to overwrite it: %w",
@@ -378,7 +415,7 @@ func (p *NodeFeaturePublisher) checkOurs(obj *nfdv1alpha1.NodeFeature) error {
 			p.namespace, p.name, NodeNameLabel, v, p.node, ErrNotOurs)
 	}
 	for _, ref := range obj.OwnerReferences {
-		if ref.APIVersion != "v1" || ref.Kind != "Node" || ref.Name != p.node {
+		if !ownerKinds[ref.APIVersion+" "+ref.Kind] || (ref.Kind == "Node" && ref.Name != p.node) {
 			return fmt.Errorf("NodeFeature %s/%s exists but is owned by %s %s %q, not by Node %q: refusing to overwrite it: %w",
 				p.namespace, p.name, ref.APIVersion, ref.Kind, ref.Name, p.node, ErrNotOurs)
 		}
@@ -398,13 +435,27 @@ func (p *NodeFeaturePublisher) objectLabels(existing map[string]string) map[stri
 	return l
 }
 
-// ownerRef returns the owner reference to the Node, reading the Node when
-// refresh is set or nothing is cached.
-func (p *NodeFeaturePublisher) ownerRef(ctx context.Context, refresh bool) (*metav1.OwnerReference, error) {
-	if p.owner != nil && !refresh {
-		return p.owner, nil
+// ownerKinds are the owners featureplug gives its NodeFeature
+// ("apiVersion kind"): the Node, the agent's Pod, its DaemonSet.
+var ownerKinds = map[string]bool{"v1 Node": true, "v1 Pod": true, "apps/v1 DaemonSet": true}
+
+// ownerRef returns the owner references: Config.Owners', or the Node's,
+// reading the Node when refresh is set or nothing is cached.
+func (p *NodeFeaturePublisher) ownerRef(ctx context.Context, refresh bool) ([]metav1.OwnerReference, error) {
+	if p.owners != nil && !refresh {
+		return p.owners, nil
 	}
-	node, err := p.kube.CoreV1().Nodes().Get(ctx, p.node, metav1.GetOptions{})
+	if p.ownersFn != nil {
+		owners, err := p.ownersFn(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("owner references of NodeFeature %s/%s: %w", p.namespace, p.name, err)
+		}
+		if len(owners) > 0 {
+			p.owners = owners
+			return p.owners, nil
+		}
+	}
+	node, err := p.kube.Get(ctx, p.node, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("get Node %q for the owner reference of NodeFeature %s/%s: %w", p.node, p.namespace, p.name, err)
 	}
@@ -412,14 +463,14 @@ func (p *NodeFeaturePublisher) ownerRef(ctx context.Context, refresh bool) (*met
 		return nil, fmt.Errorf("get Node %q for the owner reference of NodeFeature %s/%s: the Node has no UID", p.node, p.namespace, p.name)
 	}
 	blockOwnerDeletion := false
-	p.owner = &metav1.OwnerReference{
+	p.owners = []metav1.OwnerReference{{
 		APIVersion:         "v1",
 		Kind:               "Node",
 		Name:               node.Name,
 		UID:                node.UID,
 		BlockOwnerDeletion: &blockOwnerDeletion,
-	}
-	return p.owner, nil
+	}}
+	return p.owners, nil
 }
 
 func (p *NodeFeaturePublisher) crdMissing(err error) error {

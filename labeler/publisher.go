@@ -23,6 +23,10 @@ type Content struct {
 	Features *nfdv1alpha1.Features
 	// Labels are the node labels, keyed by label key.
 	Labels map[string]string
+	// Annotations go on the NodeFeature object (the rules digest and the
+	// served resources, see cmd/internal/agent/explain.go); other
+	// publishers ignore them.
+	Annotations map[string]string
 }
 
 // NewContent computes the Content for an Inventory and a Plan (nil when no

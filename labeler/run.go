@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -113,6 +114,23 @@ type Loop struct {
 	// OnPublish, when set, is called after every attempt with its result,
 	// e.g. to feed metrics.
 	OnPublish func(err error)
+	// Timestamp adds LabelTimestamp (gpu-feature-discovery's
+	// nvidia.com/gfd.timestamp) with the clock's Unix time to every
+	// attempt. The content then differs each time, so every resync
+	// writes: the price of GFD's label, which featureplug otherwise
+	// avoids by writing only on change (run --timestamp-label).
+	Timestamp bool
+}
+
+// stamped returns c with LabelTimestamp set to now (a copy: c is shared).
+func stamped(c Content, now time.Time) Content {
+	labels := make(map[string]string, len(c.Labels)+1)
+	for k, v := range c.Labels {
+		labels[k] = v
+	}
+	labels[LabelTimestamp] = strconv.FormatInt(now.Unix(), 10)
+	c.Labels = labels
+	return c
 }
 
 // Run publishes until ctx ends, then returns nil. Nothing is published
@@ -165,9 +183,13 @@ func (l *Loop) Run(ctx context.Context, contents <-chan Content) error {
 	publish := func(resync bool) {
 		attemptCtx, cancel := context.WithTimeout(ctx, timeout)
 		var err error
-		if resync && resyncer != nil {
+		switch {
+		case l.Timestamp && len(latest.Labels) > 0:
+			// A new timestamp is new content: publish (write) it.
+			err = l.Publisher.Publish(attemptCtx, stamped(latest, clk.Now()))
+		case resync && resyncer != nil:
 			err = resyncer.Resync(attemptCtx, latest)
-		} else {
+		default:
 			err = l.Publisher.Publish(attemptCtx, latest)
 		}
 		cancel()

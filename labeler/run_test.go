@@ -432,3 +432,52 @@ func TestLoopResyncCallsResync(t *testing.T) {
 		t.Errorf("after a resync: %d Resync and %d Publish calls, want 1 and 1", len(pub.resyncs), len(pub.calls))
 	}
 }
+
+// TestLoopTimestampWritesEveryResync: with Timestamp (run
+// --timestamp-label) every attempt, resyncs included, publishes the
+// content with nvidia.com/gfd.timestamp set to the clock's time, so a
+// NodeFeature publisher writes each time; the content handed in is not
+// changed.
+func TestLoopTimestampWritesEveryResync(t *testing.T) {
+	pub := &resyncPublisher{fakePublisher: newFakePublisher(0, nil), resyncs: make(chan Content, 10)}
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := testingclock.NewFakeClock(time.Unix(1700000000, 0))
+	results := make(chan error, 10)
+	loop := &Loop{
+		Publisher: pub, Resync: time.Minute, Clock: clk, Timestamp: true,
+		Logger:    slog.New(slog.DiscardHandler),
+		OnPublish: func(err error) { results <- err },
+	}
+	contents := make(chan Content, 1)
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx, contents) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("loop: %v", err)
+		}
+	}()
+	h := &loopHarness{t: t, clk: clk, results: results}
+
+	in := Content{Labels: map[string]string{"v": "1"}}
+	Offer(contents, in)
+	if err := h.result(); err != nil {
+		t.Fatal(err)
+	}
+	h.step(time.Minute)
+	if err := h.result(); err != nil {
+		t.Fatal(err)
+	}
+	if len(pub.resyncs) != 0 || len(pub.calls) != 2 {
+		t.Fatalf("%d Resync and %d Publish calls, want 0 and 2 (a timestamp is new content)", len(pub.resyncs), len(pub.calls))
+	}
+	for _, want := range []string{"1700000000", "1700000060"} {
+		c := <-pub.calls
+		if got := c.Labels[LabelTimestamp]; got != want || c.Labels["v"] != "1" {
+			t.Errorf("published %v, want %s=%s and v=1", c.Labels, LabelTimestamp, want)
+		}
+	}
+	if _, ok := in.Labels[LabelTimestamp]; ok {
+		t.Error("the Loop changed the content it was given")
+	}
+}

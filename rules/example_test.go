@@ -59,7 +59,10 @@ func ExampleLoad_none() {
 }
 
 // The builtin "single" rules advertise whole GPUs and MIG devices alike as
-// nvidia.com/gpu, like migStrategy single.
+// nvidia.com/gpu, like migStrategy single, on nodes where that is safe: all
+// whole GPUs, or all GPUs split into MIG devices of one profile. The
+// example node has a whole GPU beside MIG devices of three profiles, so,
+// as NVIDIA's device plugin does, nvidia.com/gpu advertises no device.
 func ExampleLoad_single() {
 	rs, err := rules.Load("single")
 	if err != nil {
@@ -72,8 +75,10 @@ func ExampleLoad_single() {
 		return
 	}
 	printPlan(p)
+	fmt.Println(p.MIGStrategy, "refused:", p.SingleInvalid)
 	// Output:
-	// nvidia.com/gpu: 0 1:0 1:1 1:2 (none)
+	// nvidia.com/gpu:  (none)
+	// single refused: GPUs with MIG enabled (GPU 1) beside GPUs with MIG disabled (GPU 0)
 }
 
 // The builtin "mixed" rules give every MIG profile a resource of its own,

@@ -82,6 +82,10 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 			d.Sharing = &s
 		}
 	}
+	// NVIDIA's MIG strategy for this node, and "single" refusing a node
+	// whose MIG devices are not uniform (single.go, issue 15).
+	plan.MIGStrategy = rs.migStrategy(nodeMiss)
+	applySingle(inv, plan)
 	return plan, nil
 }
 
@@ -357,6 +361,13 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name, problem string)
 	// MPS on a MIG-enabled GPU would fail on the node.
 	if spec, _ := r.sharing.Spec(); spec.WholeGPUOnly && (t.mig != nil || t.gpu.MIGEnabled) {
 		pl.fail(r, "sharing.strategy", string(spec.Name), fmt.Sprintf("%s cannot share %s: MIG is enabled on its GPU", spec.Name, desc))
+		return "", ""
+	}
+	// An MPS per-replica memory limit must fit the GPU it limits (issue 15
+	// item 5; plan.Sharing.CheckDeviceMemory).
+	if err := r.sharing.CheckDeviceMemory(t.memory()); err != nil {
+		pl.fail(r, "sharing.mps.pinnedMemoryLimitMiB", strconv.FormatUint(r.sharing.MPS.PinnedMemoryLimitMiB, 10),
+			fmt.Sprintf("%s (%s): %v", desc, t.gpu.UUID, err))
 		return "", ""
 	}
 	c, ok := pl.claims[name]

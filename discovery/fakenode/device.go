@@ -78,11 +78,6 @@ func (h *gpuHandle) GetNumaNodeId() (int, nvml.Return) {
 	return h.gpu.numa, nvml.SUCCESS
 }
 
-// GetComputeMode returns the default compute mode.
-func (h *gpuHandle) GetComputeMode() (nvml.ComputeMode, nvml.Return) {
-	return nvml.COMPUTEMODE_DEFAULT, nvml.SUCCESS
-}
-
 // IsMigDeviceHandle reports false: this is a physical GPU.
 func (h *gpuHandle) IsMigDeviceHandle() (bool, nvml.Return) { return false, nvml.SUCCESS }
 

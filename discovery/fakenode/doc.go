@@ -27,6 +27,10 @@
 //	      rowRemapFailed: false # GetRemappedRows failureOccurred
 //	      retiredPagesPending: false # GetRetiredPagesPendingStatus (page-retiring products: L4, L40S)
 //	      volatileDoubleBitErrors: 2 # GetTotalEccErrors(UNCORRECTED, VOLATILE_ECC)
+//	    mode: compute           # optional, default compute: GetPciInfoExt's PCI class (graphics: a VGA controller)
+//	    fabric:                 # optional: attached to an NVLink multi-node fabric (GetGpuFabricInfo)
+//	      clusterUUID: 7b968a6d-c8aa-45e1-9e07-e1e51be99c31
+//	      cliqueID: 1
 //	nvlink:                     # optional NVLink groups
 //	  - gpus: [0, 1, 2, 3, 4, 5, 6, 7]
 //	    links: 12               # lanes between every pair of the group
@@ -79,7 +83,9 @@
 // instance IDs count from 0 in each GPU instance, and MIG device indexes
 // follow GPU instance then compute instance ID.
 //
-// The fake implements identity, memory, PCI, NUMA, compute mode, MIG mode and
+// The fake implements identity, memory, PCI (GetPciInfo, and GetPciInfoExt
+// with the PCI class), NUMA, fabric registration (GetGpuFabricInfo), compute
+// mode, MIG mode and
 // MIG management (GPU and compute instance profiles, placements, creation
 // with capacity enforced, destruction), MIG device handles and attributes,
 // topology and NVLink (lanes to peer GPUs or to NVSwitches, link states

@@ -37,8 +37,11 @@ type Node struct {
 	gpus        []*gpu
 
 	// mu guards the mutable state below and in gpus: MIG mode, GPU and
-	// compute instances, event registrations.
+	// compute instances, event registrations, compute modes.
 	mu sync.RWMutex
+	// computeModeDenied makes SetComputeMode answer NO_PERMISSION
+	// (computemode.go).
+	computeModeDenied bool
 }
 
 // Parse builds a node from YAML. source names the data in errors (usually
@@ -160,6 +163,8 @@ type gpu struct {
 	topology []nvml.GpuTopologyLevel
 	// health is the failure evidence NVML reports for the GPU.
 	health HealthSpec
+	// extra is the GPU's PCI class and fabric (mode.go).
+	extra gpuExtra
 
 	// Guarded by node.mu:
 	migEnabled bool
@@ -167,6 +172,8 @@ type gpu struct {
 	events     map[*eventSet]uint64
 	// pending are events injected while no set was registered for them.
 	pending []nvml.EventData
+	// computeMode is the mode SetComputeMode recorded (computemode.go).
+	computeMode nvml.ComputeMode
 }
 
 // lane is one NVLink lane of a GPU.
@@ -184,7 +191,7 @@ func build(spec *Spec, l *layout) (*Node, error) {
 		g := &gpu{
 			node: n, index: i, product: gl.product, uuid: gpuUUID(l.name, i),
 			addr: gpuAddress(i), numa: gl.numa, migEnabled: gl.migEnabled,
-			health: gl.health, events: map[*eventSet]uint64{},
+			health: gl.health, extra: gl.extra, events: map[*eventSet]uint64{},
 		}
 		g.handle = newGPUHandle(g)
 		n.gpus = append(n.gpus, g)

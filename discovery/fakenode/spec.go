@@ -46,6 +46,11 @@ type GPUSpec struct {
 	MIG []MIGSpec `json:"mig,omitempty"`
 	// Health is the evidence of past failures NVML keeps across processes.
 	Health *HealthSpec `json:"health,omitempty"`
+	// Mode is the GPU's PCI class: compute (default, a 3D controller) or
+	// graphics (a VGA controller), what gpu.mode labels (mode.go).
+	Mode string `json:"mode,omitempty"`
+	// Fabric attaches the GPU to an NVLink multi-node fabric (mode.go).
+	Fabric *FabricSpec `json:"fabric,omitempty"`
 	// MIGEnabled is set when the entry has a mig key.
 	MIGEnabled bool `json:"-"`
 }

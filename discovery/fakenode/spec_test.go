@@ -53,6 +53,10 @@ func TestBadFiles(t *testing.T) {
 			"testdata/bad/missing-fields.yaml: gpus: at least one GPU is required"},
 		{"not-yaml.yaml", `not valid YAML: yaml: line 3: did not find expected '-' indicator`},
 		{"empty.yaml", `the file is empty`},
+		{"mode-unknown.yaml", `gpus[0].mode: "display" is not a mode (use compute or graphics)`},
+		{"fabric-bad-uuid.yaml", `gpus[0].fabric.clusterUUID: "not-a-uuid" is not a UUID (8-4-4-4-12 hex digits)`},
+		{"fabric-zero-uuid.yaml", "gpus[0].fabric.clusterUUID: the zero UUID means not attached; remove the fabric key instead\n" +
+			"testdata/bad/fabric-zero-uuid.yaml: gpus[0].fabric.cliqueID: -1 is out of range (0-4294967295)"},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {

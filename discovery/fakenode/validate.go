@@ -47,6 +47,7 @@ type gpuLayout struct {
 	migEnabled bool
 	gis        []giLayout
 	health     HealthSpec
+	extra      gpuExtra // mode and fabric (mode.go)
 }
 
 // giLayout is one GPU instance of a layout, with its placement chosen.
@@ -152,12 +153,13 @@ func (v *validator) gpuEntry(i int, g *GPUSpec, first int) []gpuLayout {
 	if g.Health != nil {
 		health = v.health(path+".health", g.Health, p)
 	}
+	extra := v.extra(path, g)
 	if len(v.errs) > before {
 		return nil
 	}
 	out := make([]gpuLayout, count)
 	for k := range out {
-		out[k] = gpuLayout{product: p, numa: numa, migEnabled: g.MIGEnabled, gis: gis, health: health}
+		out[k] = gpuLayout{product: p, numa: numa, migEnabled: g.MIGEnabled, gis: gis, health: health, extra: extra}
 	}
 	return out
 }

@@ -36,7 +36,24 @@ type Plan struct {
 	// inventory order. They are left out of Resources; the rest of the
 	// plan serves.
 	Problems []Problem `json:"problems,omitempty"`
+	// MIGStrategy is NVIDIA's MIG strategy the rules amount to (MIGStrategy
+	// constants; "" when unknown): publishers label it as
+	// nvidia.com/mig.strategy, as gpu-feature-discovery labels its
+	// configured strategy. (Issue 15, gfd.)
+	MIGStrategy string `json:"migStrategy,omitempty"`
+	// SingleInvalid, when set, says why the "single" strategy refused this
+	// node (its MIG devices are not uniform): nvidia.com/gpu then serves no
+	// device and its labels say <product>-MIG-INVALID, as NVIDIA's plugin
+	// and gpu-feature-discovery do.
+	SingleInvalid string `json:"singleInvalid,omitempty"`
 }
+
+// NVIDIA's MIG strategies, the values of Plan.MIGStrategy.
+const (
+	MIGStrategyNone   = "none"
+	MIGStrategySingle = "single"
+	MIGStrategyMixed  = "mixed"
+)
 
 // Problem is a device left out of a plan because of its rule.
 type Problem struct {
