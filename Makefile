@@ -17,7 +17,7 @@ export CGO_CFLAGS  := -O2 -g -Wno-deprecated-declarations
 
 GOLANGCI_LINT_VERSION ?= v2.15.0
 
-.PHONY: all build test unit e2e faults components lint demo bench bench-go bench-process bench-profile fuzz clean
+.PHONY: all build test unit e2e faults components lint demo bench bench-go bench-process bench-profile fuzz clean image scale
 
 all: build
 
@@ -45,6 +45,19 @@ e2e: components
 ## featureplug does about it.
 faults: components
 	cd test && $(GO) test -race -count=1 -timeout 30m -run '^TestFault' ./e2e/
+
+## scale: N simulated GPU nodes (real agents, several per process) against one
+## kube-apiserver, etcd and nfd-master: requests per node-hour, NodeFeature
+## sizes, label and plan latencies, an API-server restart (docs/scale.md).
+## The test suite runs the same test as a smoke test at 50 nodes. -race as in
+## e2e, so the test module's packages come from the same build cache (the
+## agents run in a plain build of cmd/featureplug-scale).
+SCALE_NODES ?= 1000
+SCALE_OUT   ?= $(CURDIR)/$(BIN_DIR)/scale.md
+scale: components
+	mkdir -p $(BIN_DIR)
+	cd test && SCALE_NODES=$(SCALE_NODES) SCALE_FULL=1 SCALE_OUT=$(SCALE_OUT) \
+		$(GO) test -race -count=1 -timeout 60m -run '^TestScale$$' -v ./scale/
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
@@ -74,12 +87,17 @@ bench: bench-go bench-process
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) ./...
 
-## bench-process: the whole agent as the kubelet sees it.
-bench-process: build
-	$(GO) build -o $(BIN_DIR)/featureplug-bench ./cmd/featureplug-bench
+## bench-process: the whole agent as the kubelet sees it, built as the
+## Dockerfile builds it (stripped), beside the bench's null plugin (the
+## floor: one resource, fixed devices) measured in the same rounds.
+bench-process:
 	mkdir -p $(BENCH_OUT)
+	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BENCH_OUT)/featureplug ./cmd/featureplug
+	$(GO) build -o $(BIN_DIR)/featureplug-bench ./cmd/featureplug-bench
+	$(GO) build -trimpath -ldflags "-s -w" -o $(BENCH_OUT)/nullplugin ./cmd/featureplug-bench/nullplugin
 	for node in $(BENCH_NODES); do \
-		$(BIN_DIR)/featureplug-bench -q --featureplug $(BIN) --fake-node $$node --rules mixed \
+		$(BIN_DIR)/featureplug-bench -q --featureplug $(BENCH_OUT)/featureplug --null-plugin $(BENCH_OUT)/nullplugin \
+			--fake-node $$node --rules mixed \
 			--rounds $(BENCH_ROUNDS) --allocs $(BENCH_ALLOCS) --json $(BENCH_OUT)/$$node.json || exit 1; \
 		echo; \
 	done
@@ -104,6 +122,20 @@ bench-profile: build
 			--percent-limit 4 --stdio 2>/dev/null | awk '/%/ && !/^#/ {print $$1, $$4}'; \
 		rm -rf $$dir; \
 	else echo "perf not found: skipping the whole-process profile"; fi
+
+## image: the container image (Dockerfile) with docker or podman, tagged as
+## the manifests reference it: ghcr.io/featureplug/featureplug:<the chart's
+## appVersion>. Skipped, with a message, when neither is installed.
+IMAGE_REPO ?= ghcr.io/featureplug/featureplug
+IMAGE_TAG  ?= $(shell sed -n 's/^appVersion: *//p' manifests/helm/featureplug/Chart.yaml)
+IMAGE      ?= $(IMAGE_REPO):$(IMAGE_TAG)
+CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+
+image:
+	@if [ -z "$(CONTAINER_TOOL)" ]; then echo "image: neither docker nor podman found; skipping $(IMAGE)"; exit 0; fi; \
+	if ! $(CONTAINER_TOOL) info >/dev/null 2>&1; then echo "image: $(CONTAINER_TOOL) cannot reach its engine (daemon not running?); skipping $(IMAGE)"; exit 0; fi; \
+	echo "$(CONTAINER_TOOL) build -t $(IMAGE)"; \
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./rules/

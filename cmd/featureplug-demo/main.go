@@ -163,7 +163,7 @@ func (d *demo) startAgent(ctx context.Context) error {
 	args := []string{"run", "--fake-node", d.node, "--rules", d.rulesPath(), "--kubelet-dir", d.dir,
 		"--publish", "file", "--features-file", filepath.Join(d.dir, "features.d", "featureplug"),
 		"--metrics-addr", addr, "--health-recovery", "2s", "--state-dir", filepath.Join(d.dir, "state"),
-		"--device-list-strategy", "envvar,cdi-annotations"}
+		"--device-list-strategy", "envvar,cdi-annotations", "--cdi-spec-dir", filepath.Join(d.dir, "cdi")}
 	fmt.Fprintf(d.out, "$ featureplug %s\n", strings.Join(args, " "))
 	d.agent = exec.Command(d.binary, args...)
 	d.agent.Stdout, d.agent.Stderr = &d.logs, &d.logs

@@ -64,6 +64,8 @@ becomes, the rule that claimed it and why each earlier rule did not.
 A rules file is a path or one of the builtin names: ` + strings.Join(rules.BuiltinNames(), ", ") + `.`,
 	}
 	cmd.AddCommand(newRulesCheckCommand(), newRulesExplainCommand())
+	cmd.AddCommand(newRulesImportCommand()) // rules_import.go
+	cmd.AddCommand(newRulesDiffCommand())   // rules_cluster_cmd.go
 	return cmd
 }
 
@@ -131,6 +133,7 @@ func printWarnings(w io.Writer, rs *rules.RuleSet) {
 func newRulesExplainCommand() *cobra.Command {
 	var (
 		src        sourceFlags
+		cluster    explainNodeFlags // --node: rules_cluster_cmd.go
 		rulesFile  string
 		output     string
 		nodeLabels map[string]string
@@ -150,6 +153,9 @@ resources. Without --rules it explains the default rules (builtin "none").`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "yaml", "json"); err != nil {
 				return err
+			}
+			if cluster.node != "" {
+				return cluster.explain(cmd, rulesFile, output)
 			}
 			rs := rules.Default()
 			if rulesFile != "" {
@@ -173,6 +179,7 @@ resources. Without --rules it explains the default rules (builtin "none").`,
 		},
 	}
 	src.addFlags(cmd.Flags())
+	cluster.addFlags(cmd.Flags())
 	cmd.Flags().StringVar(&rulesFile, "rules", "", "rules file: a path or a builtin name ("+strings.Join(rules.BuiltinNames(), ", ")+"); default: none")
 	cmd.Flags().StringToStringVar(&nodeLabels, "node-labels", nil, "labels of the node, for rules with a nodeSelector (k=v,..., repeatable)")
 	addDeprecatedAlias(cmd, "node-label", "node-labels")

@@ -236,7 +236,7 @@ func TestUnknownCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"rules", "frobnicate"}, `unknown command "frobnicate" for "featureplug rules" (commands: check, explain)`},
+		{[]string{"rules", "frobnicate"}, `unknown command "frobnicate" for "featureplug rules" (commands: check, diff, explain, import)`},
 		{[]string{"rules", "chek"}, `unknown command "chek" for "featureplug rules"; did you mean "check"?`},
 		{[]string{"frobnicate"}, `unknown command "frobnicate" for "featureplug"`},
 		{[]string{"version", "frobnicate"}, `unknown command "frobnicate" for "featureplug version"`},

@@ -14,17 +14,17 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/cmd/internal/kube"
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/mps"
 )
 
@@ -57,6 +57,9 @@ type runFlags struct {
 	deviceID           string
 	cdiKind            string
 	cdiPrefix          string
+	cdiSpecDir         string
+	cdiHookPath        string
+	cdiHostDriverRoot  string
 	replicaPolicy      string
 	healthRecovery     time.Duration
 	ignoredXIDs        []uint
@@ -70,6 +73,8 @@ type runFlags struct {
 	livenessTimeout    time.Duration
 	logFormat          string
 	logLevel           string
+	owner              string // owner.go
+	timestampLabel     bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -113,6 +118,9 @@ the command line wins.`,
 	fs.StringVar(&f.deviceID, "device-id-strategy", string(plugin.DeviceIDUUID), "how devices are named to the runtime: uuid or index")
 	fs.StringVar(&f.cdiKind, "cdi-kind", plugin.DefaultCDIKind, "CDI vendor/class of CDI device names")
 	fs.StringVar(&f.cdiPrefix, "cdi-annotation-prefix", plugin.DefaultCDIAnnotationPrefix, "prefix of CDI annotation keys")
+	fs.StringVar(&f.cdiSpecDir, "cdi-spec-dir", cdi.DefaultSpecDir, "directory of the CDI spec written for the advertised devices with a cdi-* device-list strategy")
+	fs.StringVar(&f.cdiHostDriverRoot, "cdi-host-driver-root", "", "where --driver-root is on the host, for the CDI spec's host paths (default: --driver-root; \"/\" when the host's root is mounted at --driver-root)")
+	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the CDI spec's hooks (default: /usr/bin/nvidia-cdi-hook)")
 	fs.StringVar(&f.replicaPolicy, "replica-policy", string(plugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
 	fs.DurationVar(&f.healthRecovery, "health-recovery", plugin.DefaultHealthRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", toUint(discovery.DefaultIgnoredXIDs()), "XIDs that never mark a device unhealthy")
@@ -124,6 +132,8 @@ the command line wins.`,
 	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the backstop check (stat and content hash) of the rules file and the feature file, which catches what file events miss")
 	fs.DurationVar(&f.fileSettle, "file-settle", agent.DefaultFileSettle, "how long a changed rules file must stay unchanged before it is applied")
 	fs.DurationVar(&f.livenessTimeout, "liveness-timeout", agent.DefaultLivenessTimeout, "/healthz fails when the agent loop has made no progress for this long")
+	fs.StringVar(&f.owner, "owner", string(agent.OwnerDaemonSet), "what owns the NodeFeature, whose deletion removes it and its labels: daemonset (the agent's Pod and DaemonSet, from $POD_NAME: uninstalling removes it), pod, or node (it outlives featureplug)")
+	fs.BoolVar(&f.timestampLabel, "timestamp-label", false, "publish nvidia.com/gfd.timestamp as gpu-feature-discovery does; it changes at every resync, so every resync writes the NodeFeature")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	annotateEnv(fs)
@@ -208,37 +218,33 @@ func newLogger(format, level string) (*slog.Logger, error) {
 	}
 }
 
-// kubeClients returns the API clients: from --kubeconfig, from the
-// in-cluster configuration, or none when neither exists and the publish
-// mode does not need them.
-func (f *runFlags) kubeClients() (kubernetes.Interface, nfdclientset.Interface, error) {
+// kubeClients returns the API client (package kube: only the resources
+// the agent uses): from --kubeconfig, from the in-cluster configuration, or
+// none when neither exists and the publish mode does not need it.
+func (f *runFlags) kubeClients() (kube.Interface, error) {
 	var cfg *rest.Config
 	var err error
 	switch {
 	case f.kubeconfig != "":
 		cfg, err = clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--kubeconfig %s: %w", f.kubeconfig, err)
+			return nil, fmt.Errorf("--kubeconfig %s: %w", f.kubeconfig, err)
 		}
 	default:
 		cfg, err = rest.InClusterConfig()
 		if err != nil {
 			if f.publish == string(agent.PublishNodeFeature) {
-				return nil, nil, fmt.Errorf("--publish nodefeature needs an API server: not in a cluster (%v) and no --kubeconfig", err)
+				return nil, fmt.Errorf("--publish nodefeature needs an API server: not in a cluster (%v) and no --kubeconfig", err)
 			}
-			return nil, nil, nil
+			return nil, nil
 		}
 	}
 	cfg.UserAgent = "featureplug/" + version
-	kube, err := kubernetes.NewForConfig(cfg)
+	client, err := kube.New(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("API client: %w", err)
+		return nil, err
 	}
-	nfd, err := nfdclientset.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("NFD API client: %w", err)
-	}
-	return kube, nfd, nil
+	return client, nil
 }
 
 func (f *runFlags) run(cmd *cobra.Command) error {
@@ -263,7 +269,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			log.Debug("no machine type label", "err", err)
 		}
 	}
-	kube, nfd, err := f.kubeClients()
+	kubeClient, err := f.kubeClients()
 	if err != nil {
 		return err
 	}
@@ -296,6 +302,10 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		}
 	}
 	stateDir := prepareStateDir(f.stateDir, log)
+	owner, err := f.ownerConfig()
+	if err != nil {
+		return err
+	}
 
 	a, err := agent.New(agent.Config{
 		NodeName:           f.nodeName,
@@ -307,11 +317,12 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		Publish:            agent.PublishMode(f.publish),
 		FeaturesFile:       f.featuresFile,
 		Labels:             labeler.LabelOptions{Machine: machine},
+		TimestampLabel:     f.timestampLabel,
+		Owner:              owner,
 		ResyncInterval:     f.resyncInterval,
 		RediscoverInterval: f.rediscoverInterval,
 		Rediscover:         rediscover,
-		Kube:               kube,
-		NFD:                nfd,
+		Kube:               kubeClient,
 		Plugin: plugin.Options{
 			KubeletDir:           f.kubeletDir,
 			DeviceListStrategies: strategies,
@@ -324,6 +335,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			StateDir:             stateDir,
 		},
 		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
+		CDI:               agent.CDIConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
 		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
 		FileCheckInterval: f.fileCheckInterval,
 		FileSettle:        f.fileSettle,

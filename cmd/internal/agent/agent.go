@@ -26,10 +26,9 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
-	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
 
+	"github.com/featureplug/featureplug/cmd/internal/kube"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin"
@@ -78,6 +77,12 @@ type Config struct {
 	FeaturesFile string
 	// Labels tunes label computation.
 	Labels labeler.LabelOptions
+	// TimestampLabel publishes nvidia.com/gfd.timestamp, renewed at every
+	// publish and resync (so every resync writes); see labeler.Loop.
+	TimestampLabel bool
+	// Owner says what owns the NodeFeature (owner.go); the zero value is
+	// the agent's Pod and DaemonSet, or the Node outside a Pod.
+	Owner OwnerConfig
 	// ResyncInterval republishes unchanged content this often (writes only
 	// happen when something differs).
 	ResyncInterval time.Duration
@@ -85,16 +90,19 @@ type Config struct {
 	RediscoverInterval time.Duration
 	// Rediscover triggers an immediate re-discovery (SIGHUP).
 	Rediscover <-chan struct{}
-	// Kube and NFD are the API clients; nil runs without an API server
-	// (no NodeFeature, no Events, node labels from NodeLabels only).
-	Kube kubernetes.Interface
-	NFD  nfdclientset.Interface
+	// Kube is the API client (package kube; kubeclientset adapts
+	// client-go's clientsets); nil runs without an API server (no
+	// NodeFeature, no Events, node labels from NodeLabels only).
+	Kube kube.Interface
 	// Plugin configures the device-plugin servers. Its Logger and
 	// Registerer are set by the agent.
 	Plugin plugin.Options
 	// MPS configures the MPS control daemons of MPS-shared resources. Its
 	// Logger, Registerer and OnChange are set by the agent.
 	MPS mps.Options
+	// CDI configures the CDI spec written with a CDI device-list
+	// strategy (cdi.go).
+	CDI CDIConfig
 	// Health configures the NVML health watcher.
 	Health discovery.HealthOptions
 	// FileCheckInterval is the period of the backstop check of the rules
@@ -114,6 +122,10 @@ type Config struct {
 	LivenessTimeout time.Duration
 	// MetricsAddr serves /metrics, /healthz and /readyz; "" disables it.
 	MetricsAddr string
+	// NoDevicePlugins runs without the device-plugin sink: plans are
+	// published, not served (the scale driver's simulated nodes, see
+	// cmd/featureplug-scale).
+	NoDevicePlugins bool
 	// Stdout receives PublishStdout output.
 	Stdout io.Writer
 	// Logger receives the agent's logs.
@@ -163,6 +175,9 @@ type Agent struct {
 	// or kind of error); rulesMissing is set while the file is lost.
 	rulesKey     string
 	rulesMissing bool
+	// explain is the served plan's rules digest and the last plan its
+	// ResourcesChanged Event described (explain.go).
+	explain explainState
 
 	// current is the latest inventory, read by the health watcher.
 	current atomic.Pointer[discovery.Inventory]
@@ -225,6 +240,7 @@ func New(cfg Config) (*Agent, error) {
 	mopts := cfg.MPS
 	mopts.Logger = cfg.Logger.With("component", "mps")
 	mopts.Registerer = a.registry
+	mopts.ComputeMode = a.setComputeMode // EXCLUSIVE_PROCESS for MPS (mps.go)
 	mopts.OnChange = func(string) {
 		select {
 		case a.mpsChanged <- struct{}{}:
@@ -242,6 +258,11 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.sinks = []Sink{a.plugins, a.publisher}
+	if cfg.NoDevicePlugins {
+		a.sinks = []Sink{a.publisher}
+	} else if err := a.addCDISink(); err != nil { // the CDI spec comes first: cdi.go
+		return nil, err
+	}
 	if st, ok := a.pub.(interface{ Stats() labeler.WriteStats }); ok {
 		writes := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "featureplug_publish_writes_total",
@@ -261,14 +282,19 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) newPublisher() (labeler.Publisher, error) {
 	switch a.cfg.Publish {
 	case PublishNodeFeature:
-		if a.cfg.Kube == nil || a.cfg.NFD == nil {
+		if a.cfg.Kube == nil {
 			return nil, errors.New("--publish nodefeature needs an API server (in-cluster or --kubeconfig)")
 		}
 		if a.cfg.Namespace == "" {
 			return nil, errors.New("--publish nodefeature: --namespace is empty (set it or POD_NAMESPACE)")
 		}
+		owners, err := ownerResolver(a.cfg.Namespace, a.cfg.Owner, a.log.With("component", "publish")) // owner.go
+		if err != nil {
+			return nil, err
+		}
 		return labeler.NewNodeFeaturePublisher(labeler.NodeFeatureConfig{
-			NodeName: a.cfg.NodeName, Namespace: a.cfg.Namespace, NFD: a.cfg.NFD, Kube: a.cfg.Kube,
+			NodeName: a.cfg.NodeName, Namespace: a.cfg.Namespace, NFD: labeler.NFDClientOf(a.cfg.Kube.NodeFeatures), Kube: cachedNodes{a, a.cfg.Kube.Nodes()}, // nodecache.go
+			Owners: owners,
 			Logger: a.log.With("component", "publish"),
 		})
 	case PublishFile:
@@ -304,7 +330,7 @@ func (a *Agent) newPublishSink() (*publishSink, error) {
 		return nil, err
 	}
 	opts.OnDropped = d.dropped
-	s := &publishSink{pub: a.pub, opts: opts, contents: make(chan labeler.Content, 1)}
+	s := &publishSink{pub: a.pub, opts: opts, contents: make(chan labeler.Content, 1), annotations: a.planAnnotations}
 	if a.pub != nil {
 		s.loop = &labeler.Loop{
 			Publisher: a.pub,
@@ -312,6 +338,7 @@ func (a *Agent) newPublishSink() (*publishSink, error) {
 			// Jittered, so that agents started together do not resync or
 			// retry together (kube.go).
 			ResyncJitter: periodJitter,
+			Timestamp:    a.cfg.TimestampLabel,
 			Backoff:      labeler.Backoff{Jitter: backoffJitter},
 			Logger:       a.log.With("component", "publish"),
 			OnPublish: func(err error) {
@@ -395,8 +422,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	a.live.beat(componentLoop)
-	a.startKube(ctx) // the Node watch and Events (kube.go)
+	a.startKube(ctx) // Events and the Node watch, not waiting (kube.go)
 	a.loadRules(ctx)
+	a.waitNodeLabels(ctx) // only when the rules select on them: register first (kube.go)
 	a.refreshNodeLabels(ctx)
 	a.startupEvidence()
 	a.replan(ctx, "start")
@@ -642,6 +670,7 @@ func (a *Agent) applyRulesSnapshot(ctx context.Context, s fileSnapshot) bool {
 		a.log.Info("rules file changed", "rules", a.cfg.Rules)
 	}
 	rs, err := a.cfg.RulesEngine.Parse(a.cfg.Rules, s.Data)
+	rs = withDigest(rs, s.Data) // for the NodeFeature's annotation (explain.go)
 	return a.acceptRules(ctx, rs, err)
 }
 
@@ -751,6 +780,7 @@ func (a *Agent) replan(ctx context.Context, why string) {
 		return
 	}
 	a.plan = plan
+	a.planServed(ctx, plan) // annotation digest and ResourcesChanged Event: explain.go
 	a.log.Info("plan applied", "trigger", why, "resources", resourceSummary(plan))
 	a.reportPlanProblems(ctx, plan) // devices left out by their rule: planreport.go
 }

@@ -148,6 +148,9 @@ type publishSink struct {
 	loop     *labeler.Loop
 	opts     labeler.LabelOptions
 	contents chan labeler.Content
+	// annotations gives the NodeFeature annotations of a plan (explain.go);
+	// nil gives none.
+	annotations func(*plan.Plan) map[string]string
 
 	mu        sync.Mutex
 	published *labeler.Content
@@ -165,6 +168,9 @@ func (s *publishSink) Name() string { return "publish" }
 // in the background.
 func (s *publishSink) Apply(_ context.Context, inv *discovery.Inventory, plan *plan.Plan) error {
 	c := labeler.NewContent(inv, plan, s.opts)
+	if s.annotations != nil {
+		c.Annotations = s.annotations(plan)
+	}
 	s.mu.Lock()
 	s.published = &c
 	s.mu.Unlock()
