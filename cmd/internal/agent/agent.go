@@ -339,7 +339,7 @@ func (a *Agent) newPublishSink() (*publishSink, error) {
 			// retry together (kube.go).
 			ResyncJitter: periodJitter,
 			Timestamp:    a.cfg.TimestampLabel,
-			Backoff:      labeler.Backoff{Jitter: backoffJitter},
+			Backoff:      labeler.Backoff{Max: publishBackoffMax, Jitter: backoffJitter},
 			Logger:       a.log.With("component", "publish"),
 			OnPublish: func(err error) {
 				if err != nil {

@@ -28,8 +28,14 @@ const apiTimeout = 5 * time.Second
 // lockstep.
 const (
 	periodJitter  = 0.1
-	backoffJitter = 0.2
+	backoffJitter = 0.5
 )
+
+// publishBackoffMax caps the publisher's retry delay before jitter, so that
+// after an API-server outage of any length every agent has published again
+// within publishBackoffMax*(1+backoffJitter) = 30 s of the server's return,
+// spread over that window rather than together (docs/scale.md).
+const publishBackoffMax = 20 * time.Second
 
 // nodeWatch keeps the agent's own Node in an informer's cache: one list and
 // one watch, filtered by a field selector on the Node's name, with no
