@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh builds the real Kubernetes components the end-to-end tests run
-# (etcd, kube-apiserver, kubelet, nfd-master) at pinned versions into a cache
-# directory outside the clone, skipping binaries that are already there.
+# (etcd, kube-apiserver, kube-controller-manager, kubelet, nfd-master) at pinned
+# versions into a cache directory outside the clone, skipping binaries that are
+# already there.
 #
 # Usage:
 #   test/components/build.sh            build what is missing, print the bin dir last
@@ -11,7 +12,8 @@
 # Environment:
 #   FEATUREPLUG_CACHE       cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/featureplug)
 #   FEATUREPLUG_COMPONENTS  space-separated subset to build
-#                           (default "etcd kube-apiserver nfd-master kubelet")
+#                           (default "etcd kube-apiserver nfd-master kubelet
+#                           kube-controller-manager")
 #
 # Each component is built with `go build` from a scratch Go module kept under
 # the cache directory (never in the clone), so the module proxy and the Go
@@ -29,7 +31,7 @@ CACHE_ROOT=${FEATUREPLUG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/featureplug}
 SET_VERSION="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_nfd-${NFD_VERSION}"
 BIN_DIR="${CACHE_ROOT}/bin/${SET_VERSION}"
 SRC_DIR="${CACHE_ROOT}/src/${SET_VERSION}"
-ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet"
+ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet kube-controller-manager"
 COMPONENTS=${FEATUREPLUG_COMPONENTS:-$ALL_COMPONENTS}
 
 # Staging modules replaced in k8s.io/kubernetes's own go.mod. sample-cli-plugin
@@ -166,6 +168,13 @@ build_kube_apiserver() {
 	build kube-apiserver "$(kube_module)" k8s.io/kubernetes/cmd/kube-apiserver "$(kube_ldflags)"
 }
 
+# kube-controller-manager runs only the garbage collector in the tests that
+# start it (harness.StartControllerManager); it is built in the same module as
+# kube-apiserver so they share the compiled Kubernetes packages.
+build_kube_controller_manager() {
+	build kube-controller-manager "$(kube_module)" k8s.io/kubernetes/cmd/kube-controller-manager "$(kube_ldflags)"
+}
+
 build_kubelet() {
 	build kubelet "$(kube_module)" k8s.io/kubernetes/cmd/kubelet "$(kube_ldflags)"
 }
@@ -200,6 +209,7 @@ for c in $COMPONENTS; do
 	etcd) build_etcd ;;
 	kube-apiserver) build_kube_apiserver ;;
 	kubelet) build_kubelet ;;
+	kube-controller-manager) build_kube_controller_manager ;;
 	nfd-master) build_nfd_master ;;
 	esac
 	built=$((built + 1))

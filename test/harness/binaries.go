@@ -19,6 +19,9 @@ const (
 	KubeAPIServerBinary = "kube-apiserver"
 	KubeletBinary       = "kubelet"
 	NFDMasterBinary     = "nfd-master"
+	// KubeControllerManagerBinary is started only by the tests that ask for
+	// it (StartControllerManager).
+	KubeControllerManagerBinary = "kube-controller-manager"
 )
 
 // buildScript is the component build script, relative to the test module root.
@@ -39,7 +42,8 @@ type Binaries struct {
 func (b Binaries) Path(name string) string { return filepath.Join(b.Dir, name) }
 
 // RequireBinaries returns the cache directory with the named components
-// (EtcdBinary, KubeAPIServerBinary, KubeletBinary, NFDMasterBinary), building the missing ones with
+// (EtcdBinary, KubeAPIServerBinary, KubeletBinary, NFDMasterBinary,
+// KubeControllerManagerBinary), building the missing ones with
 // test/components/build.sh. When the test's deadline leaves too little time
 // for a cold build, the test fails with the command to run instead.
 func RequireBinaries(t testing.TB, names ...string) Binaries {
