@@ -84,8 +84,9 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 	}
 	// NVIDIA's MIG strategy for this node, and "single" refusing a node
 	// whose MIG devices are not uniform (single.go, issue 15).
-	plan.MIGStrategy = rs.migStrategy(nodeMiss)
-	applySingle(inv, plan)
+	var singleResource string
+	plan.MIGStrategy, singleResource = rs.migStrategy(nodeMiss)
+	applySingle(inv, plan, singleResource)
 	return plan, nil
 }
 

@@ -10,34 +10,37 @@ import (
 )
 
 // gpuResource is the resource NVIDIA's "single" strategy pools MIG devices
-// into, and migResourcePrefix starts the per-profile names of "mixed".
+// into (gpuResource+sharedSuffix when a sharing config renames by default),
+// and migResourcePrefix starts the per-profile names of "mixed".
 const (
 	gpuResource       = "nvidia.com/gpu"
+	sharedSuffix      = ".shared"
 	migResourcePrefix = "nvidia.com/mig-"
 )
 
 // migStrategy says which of NVIDIA's MIG strategies the rules that apply to
 // a node amount to (skipped[i] is non-empty for rule i when its node
 // selector rejects the node): "single" when a rule claims MIG devices as
-// nvidia.com/gpu, else "mixed" when one claims them under a
+// nvidia.com/gpu (or nvidia.com/gpu.shared, NVIDIA's renameByDefault name),
+// the name it returns too, else "mixed" when one claims them under a
 // nvidia.com/mig-<profile> name (a literal name or a template), else
 // "none". That is how the builtins single, mixed and none, and the rules
 // `featureplug rules import` writes from an NVIDIA flags.migStrategy, read;
 // gpu-feature-discovery labels its configured strategy the same way.
-func (rs *RuleSet) migStrategy(skipped []string) string {
-	strategy := plan.MIGStrategyNone
+func (rs *RuleSet) migStrategy(skipped []string) (strategy, singleResource string) {
+	strategy = plan.MIGStrategyNone
 	for i, r := range rs.rules {
 		if r.devices != plan.DeviceMIG || (i < len(skipped) && skipped[i] != "") {
 			continue
 		}
 		switch {
-		case r.tmpl == nil && r.resource == gpuResource:
-			return plan.MIGStrategySingle
+		case r.tmpl == nil && (r.resource == gpuResource || r.resource == gpuResource+sharedSuffix):
+			return plan.MIGStrategySingle, r.resource
 		case strings.HasPrefix(r.resource, migResourcePrefix):
 			strategy = plan.MIGStrategyMixed
 		}
 	}
-	return strategy
+	return strategy, ""
 }
 
 // singleNonUniform returns why NVIDIA's "single" strategy refuses a node,
@@ -87,11 +90,11 @@ func singleNonUniform(inv *discovery.Inventory) string {
 // devices are not uniform, as NVIDIA's device plugin and
 // gpu-feature-discovery do: pooling a whole 80GB GPU and 1g.10gb slices
 // into one nvidia.com/gpu would hand out whichever the kubelet picks. The
-// resource stays in the plan with no devices (the kubelet sees 0), each
+// resource (name: nvidia.com/gpu or its .shared rename) stays in the plan with no devices (the kubelet sees 0), each
 // device it had is recorded as a Problem (so `rules explain`, the log and
 // the DeviceRuleError Event say why) and the plan's SingleInvalid carries
 // the reason for the labels (<product>-MIG-INVALID).
-func applySingle(inv *discovery.Inventory, p *plan.Plan) {
+func applySingle(inv *discovery.Inventory, p *plan.Plan, name string) {
 	if p.MIGStrategy != plan.MIGStrategySingle {
 		return
 	}
@@ -101,16 +104,16 @@ func applySingle(inv *discovery.Inventory, p *plan.Plan) {
 	}
 	p.SingleInvalid = why
 	msg := "MIG strategy single refuses this node: " + why +
-		"; " + gpuResource + " advertises 0 devices (as NVIDIA's device plugin does); make the MIG layout uniform or use the mixed strategy"
-	r, ok := p.Resource(gpuResource)
+		"; " + name + " advertises 0 devices (as NVIDIA's device plugin does); make the MIG layout uniform or use the mixed strategy"
+	r, ok := p.Resource(name)
 	if !ok {
 		// Nothing claimed (GPUs in MIG mode without MIG devices): still
 		// advertise the resource, with no device, so that the kubelet
 		// drops what an earlier plan advertised.
-		i, _ := slices.BinarySearchFunc(p.Resources, gpuResource, func(r plan.Resource, name string) int {
-			return strings.Compare(r.Name, name)
+		i, _ := slices.BinarySearchFunc(p.Resources, name, func(r plan.Resource, want string) int {
+			return strings.Compare(r.Name, want)
 		})
-		p.Resources = slices.Insert(p.Resources, i, plan.Resource{Name: gpuResource, Devices: []plan.Device{}})
+		p.Resources = slices.Insert(p.Resources, i, plan.Resource{Name: name, Devices: []plan.Device{}})
 		r = &p.Resources[i]
 	}
 	refused := make(map[string]bool, len(r.Devices))
@@ -132,7 +135,7 @@ func applySingle(inv *discovery.Inventory, p *plan.Plan) {
 			continue
 		}
 		p.Problems = append(p.Problems, plan.Problem{Device: d.Device, Description: d.Description,
-			Rule: d.Rule, Resource: gpuResource, Message: msg})
+			Rule: d.Rule, Resource: name, Message: msg})
 		d.Resource, d.Sharing, d.Problem = "", nil, msg
 	}
 }

@@ -149,3 +149,42 @@ rules:
 		}
 	}
 }
+
+// TestSingleRefusesSharedRename: NVIDIA's single strategy with a sharing
+// config that renames by default pools MIG devices into
+// nvidia.com/gpu.shared; a non-uniform node is refused under that name too.
+func TestSingleRefusesSharedRename(t *testing.T) {
+	const shared = `apiVersion: featureplug.io/v1alpha1
+kind: ResourceRules
+rules:
+- name: gpu
+  devices: gpu
+  resource: nvidia.com/gpu.shared
+  sharing: {strategy: time-slicing, replicas: 2}
+- name: mig
+  devices: mig
+  resource: nvidia.com/gpu.shared
+  sharing: {strategy: time-slicing, replicas: 2}
+`
+	rs, err := rules.Parse("single-shared.yaml", []byte(shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := rs.Plan(singleDiscover(t, "dgx-a100"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.MIGStrategy != plan.MIGStrategySingle {
+		t.Errorf("strategy %q, want single", p.MIGStrategy)
+	}
+	r, ok := p.Resource("nvidia.com/gpu.shared")
+	if !ok || len(r.Devices) != 0 {
+		t.Fatalf("nvidia.com/gpu.shared: present %v with %d devices, want present with 0", ok, len(r.Devices))
+	}
+	if !strings.Contains(p.SingleInvalid, "beside GPUs with MIG disabled") {
+		t.Errorf("SingleInvalid %q does not say why", p.SingleInvalid)
+	}
+	if len(p.Problems) == 0 || p.Problems[0].Resource != "nvidia.com/gpu.shared" {
+		t.Errorf("problems %v: want the refused devices under nvidia.com/gpu.shared", p.Problems)
+	}
+}
