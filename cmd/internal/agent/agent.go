@@ -560,6 +560,9 @@ func (a *Agent) rediscover(ctx context.Context, wg *sync.WaitGroup, why string) 
 		if _, ok := a.pub.(*labeler.FilePublisher); ok {
 			a.publisher.republish()
 		}
+		// So is a CDI spec, which runtimes need to resolve the names
+		// Allocate returns (cdi.go).
+		a.restoreSinkOutputs()
 		return
 	}
 	a.log.Info("re-discovered GPUs", "trigger", why, "changed", changed, "gpus", len(inv.GPUs), "migDevices", inv.MIGDeviceCount())

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/plugin"
@@ -45,24 +46,32 @@ type CDIConfig struct {
 // keeps the device plugins on the last good plan. Its first write removes
 // the spec files an earlier run left for another vendor/class.
 type cdiSink struct {
-	opts    cdi.Options
-	gen     cdi.Generator
-	writer  cdi.Writer
-	log     *slog.Logger
-	writes  prometheus.Counter
-	devices prometheus.Gauge
+	opts   cdi.Options
+	gen    cdi.Generator
+	writer cdi.Writer
+	log    *slog.Logger
+	writes prometheus.Counter
+	// restores counts specs written again after they were removed or
+	// changed behind the agent's back.
+	restores prometheus.Counter
+	devices  prometheus.Gauge
 	// cleanup removes a temporary fake driver root at the end of Run.
 	cleanup func()
 
 	// Loop goroutine only.
 	lastPlan *plan.Plan
 	lastInv  *discovery.Inventory
+	// lastSpec is the spec last written for lastPlan (nil: no device, no
+	// file).
+	lastSpec *specs.Spec
 	cleaned  bool
 }
 
 var (
 	_ Sink   = (*cdiSink)(nil)
 	_ Runner = (*cdiSink)(nil)
+
+	_ outputRestorer = (*cdiSink)(nil)
 )
 
 // cdiEnabled reports whether Allocate returns CDI names.
@@ -100,12 +109,16 @@ func (a *Agent) newCDISink() (*cdiSink, error) {
 			Name: "featureplug_cdi_spec_writes_total",
 			Help: "Writes (and removals) of the agent's CDI spec file; an unchanged spec is not written.",
 		}),
+		restores: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "featureplug_cdi_spec_restores_total",
+			Help: "CDI spec files written again after they were removed or changed behind the agent's back.",
+		}),
 		devices: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "featureplug_cdi_spec_devices",
 			Help: "Devices in the CDI spec file the agent keeps current.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{s.writes, s.devices} {
+	for _, c := range []prometheus.Collector{s.writes, s.restores, s.devices} {
 		if err := a.registry.Register(c); err != nil {
 			return nil, err
 		}
@@ -177,8 +190,28 @@ func (s *cdiSink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Pla
 			s.cleaned = true
 		}
 	}
-	s.lastPlan, s.lastInv = p, inv
+	s.lastPlan, s.lastInv, s.lastSpec = p, inv, spec
 	return nil
+}
+
+// restoreOutput implements outputRestorer: a spec file removed (its
+// directory too) or edited by someone else is written again as the agent
+// last wrote it, so that the CDI names Allocate returns keep resolving.
+func (s *cdiSink) restoreOutput() {
+	if s.lastPlan == nil {
+		return
+	}
+	path := s.writer.Path(s.opts.Kind)
+	changed, err := s.writer.Write(s.opts.Kind, s.lastSpec)
+	if err != nil {
+		s.log.Warn("cannot restore the CDI spec; retrying at the next re-discovery", "path", path, "err", err)
+		return
+	}
+	if changed {
+		s.writes.Inc()
+		s.restores.Inc()
+		s.log.Warn("the CDI spec was removed or changed behind the agent's back; written again", "path", path)
+	}
 }
 
 // Run implements Runner: it removes a temporary fake driver root when

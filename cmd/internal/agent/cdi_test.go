@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -62,13 +63,14 @@ func (failingGenerator) Edits(*discovery.Inventory, []plan.Device) (cdi.Edits, e
 func newTestCDISink(t *testing.T, gen cdi.Generator, specDir string) *cdiSink {
 	t.Helper()
 	return &cdiSink{
-		opts:    cdi.Options{Kind: "nvidia.com/gpu"},
-		gen:     gen,
-		writer:  cdi.Writer{Dir: specDir},
-		log:     slog.New(slog.DiscardHandler),
-		writes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "w"}),
-		devices: prometheus.NewGauge(prometheus.GaugeOpts{Name: "d"}),
-		cleanup: func() {},
+		opts:     cdi.Options{Kind: "nvidia.com/gpu"},
+		gen:      gen,
+		writer:   cdi.Writer{Dir: specDir},
+		log:      slog.New(slog.DiscardHandler),
+		writes:   prometheus.NewCounter(prometheus.CounterOpts{Name: "w"}),
+		restores: prometheus.NewCounter(prometheus.CounterOpts{Name: "r"}),
+		devices:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "d"}),
+		cleanup:  func() {},
 	}
 }
 
@@ -145,6 +147,60 @@ func TestCDISinkFollowsPlans(t *testing.T) {
 	}
 	if _, err := os.Stat(s.writer.Path("nvidia.com/gpu")); !os.IsNotExist(err) {
 		t.Errorf("spec of an empty plan: %v, want it removed", err)
+	}
+}
+
+// TestCDISinkRestoresItsSpec: a spec removed with its directory, or edited
+// by someone else, is written again as the agent last wrote it; an intact
+// spec is left alone, and with no plan yet nothing is written.
+func TestCDISinkRestoresItsSpec(t *testing.T) {
+	src, err := OpenFake("h200-mig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	inv, _, err := src.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	specDir := filepath.Join(t.TempDir(), "cdi")
+	s := newTestCDISink(t, fakeRootGenerator{src: src, dir: t.TempDir()}, specDir)
+	s.restoreOutput()
+	if _, err := os.Stat(specDir); !os.IsNotExist(err) {
+		t.Fatalf("before any plan: %v, want nothing written", err)
+	}
+	if err := s.Apply(context.Background(), inv, cdiTestPlan(inv, -1)); err != nil {
+		t.Fatal(err)
+	}
+	path := s.writer.Path("nvidia.com/gpu")
+	written, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.restoreOutput()
+	if got := cdiMetricValue(t, s.restores); got != 0 {
+		t.Errorf("restores = %v with the spec intact, want 0", got)
+	}
+	for i, damage := range []func() error{
+		func() error { return os.RemoveAll(specDir) },
+		func() error {
+			return os.WriteFile(path, []byte("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n"), 0o644)
+		},
+	} {
+		if err := damage(); err != nil {
+			t.Fatal(err)
+		}
+		s.restoreOutput()
+		got, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(got, written) {
+			t.Errorf("damage %d: spec not restored (err %v)", i, err)
+		}
+		if got := cdiMetricValue(t, s.restores); got != float64(i+1) {
+			t.Errorf("damage %d: restores = %v, want %d", i, got, i+1)
+		}
+	}
+	if got := cdiDeviceCount(t, specDir); got != inv.MIGDeviceCount() {
+		t.Errorf("restored spec has %d devices, want %d", got, inv.MIGDeviceCount())
 	}
 }
 

@@ -43,6 +43,24 @@ type HealthSink interface {
 	Health(ev discovery.HealthEvent)
 }
 
+// outputRestorer is a sink whose output lives where others can delete or
+// edit it behind the agent's back (a file on the host that runtimes read):
+// restoreOutput writes again what the sink last wrote when it is gone or
+// differs. The agent calls it at every periodic re-discovery that changed
+// nothing, so such an output is back within one re-discovery interval.
+type outputRestorer interface {
+	restoreOutput()
+}
+
+// restoreSinkOutputs restores the outputs of the sinks that keep one.
+func (a *Agent) restoreSinkOutputs() {
+	for _, s := range a.sinks {
+		if r, ok := s.(outputRestorer); ok {
+			r.restoreOutput()
+		}
+	}
+}
+
 // applySinks applies plan to every sink in order. A sink that fails
 // leaves the sinks after it on the last good plan (a.plan), so that what
 // is published is what is served; the first error, naming the sink, is
