@@ -447,12 +447,19 @@ func (p *NodeFeaturePublisher) ownerRef(ctx context.Context, refresh bool) ([]me
 	}
 	if p.ownersFn != nil {
 		owners, err := p.ownersFn(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("owner references of NodeFeature %s/%s: %w", p.namespace, p.name, err)
-		}
-		if len(owners) > 0 {
+		switch {
+		case err == nil && len(owners) > 0:
 			p.owners = owners
 			return p.owners, nil
+		case apierrors.IsForbidden(err) || apierrors.IsNotFound(err):
+			// A configuration the agent cannot fix (no RBAC to read its
+			// Pod, a Pod name that does not exist): publishing matters
+			// more than who owns the object, so the Node owns it until
+			// the agent restarts.
+			p.log.Warn("cannot read the NodeFeature's owners; the Node owns it instead (uninstalling featureplug will not remove it)",
+				"nodefeature", p.namespace+"/"+p.name, "err", err)
+		case err != nil:
+			return nil, fmt.Errorf("owner references of NodeFeature %s/%s: %w", p.namespace, p.name, err)
 		}
 	}
 	node, err := p.kube.Get(ctx, p.node, metav1.GetOptions{})

@@ -666,3 +666,35 @@ func TestNodeFeatureOwners(t *testing.T) {
 		t.Errorf("owner references %+v, want the Node's", got)
 	}
 }
+
+// TestNodeFeatureOwnersForbidden: without the right to read its Pod (an
+// RBAC from before owner references), the agent still publishes, owned by
+// the Node, rather than never publishing.
+func TestNodeFeatureOwnersForbidden(t *testing.T) {
+	h := newNFHarness(t)
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "featureplug-abcde", errors.New("RBAC: get pods is not allowed"))
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube),
+		Owners: func(context.Context) ([]metav1.OwnerReference, error) { return nil, forbidden }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(context.Background(), testContent()); err != nil {
+		t.Fatalf("publish with the Pod unreadable: %v", err)
+	}
+	if got := h.get(t).OwnerReferences; len(got) != 1 || got[0].Kind != "Node" || got[0].UID != testNodeUID {
+		t.Errorf("owner references %+v, want the Node's", got)
+	}
+	// A transient failure is an error to retry, not a reason to change owners.
+	unavailable := apierrors.NewServiceUnavailable("apiserver restarting")
+	pub, err = NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube),
+		Owners: func(context.Context) ([]metav1.OwnerReference, error) { return nil, unavailable }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.nfd.NfdV1alpha1().NodeFeatures(testNamespace).Delete(context.Background(), h.pub.Name(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(context.Background(), testContent()); err == nil {
+		t.Error("publish with the Pod read failing transiently succeeded; want an error to retry")
+	}
+}
