@@ -14,6 +14,8 @@
 #   discover.yaml, discover.json, labels.txt              featureplug discover
 #   explain-mixed.txt                                      featureplug rules explain --rules mixed
 #   run.log, metrics.txt, kubelet.json                     featureplug run with a kubelet peer for RUN_SECONDS
+#   run-cdi.log, cdi/                                      featureplug run with --device-list-strategy cdi-cri for a few
+#                                                          seconds: the CDI spec nvcdi generates (no kubelet peer)
 #   env.txt                                                 versions and the exit code of every step
 #
 # test/realgpu's TestRealGPUMatchesCatalog then compares the catalog's entry
@@ -148,6 +150,15 @@ wait "$PEER_PID" || PEER_RC=$?
 note "step kubelet-peer: exit $PEER_RC"
 PIDS=() # both waited for: nothing left to kill
 [[ -s "$OUT/kubelet.stderr" ]] || rm -f "$OUT/kubelet.stderr"
+
+# The CDI spec the agent generates with nvcdi (issue 16), a few seconds,
+# with no kubelet: the spec is written before any registration.
+mkdir -p "$OUT/cdi" "$WORK/kubelet-cdi"
+CDI_RC=0
+timeout --signal=INT --kill-after=10 "${CDI_SECONDS:-5}" "$FP" run "${SRC[@]}" --publish none --rules mixed \
+	--kubelet-dir "$WORK/kubelet-cdi" --state-dir "$STATE" --metrics-addr 127.0.0.1:0 \
+	--device-list-strategy cdi-cri --cdi-spec-dir "$OUT/cdi" >"$OUT/run-cdi.log" 2>&1 || CDI_RC=$?
+note "step run-cdi: exit $CDI_RC (124: stopped by the timeout as intended)"
 
 log "outputs in $OUT:"
 ls -l "$OUT" >&2
