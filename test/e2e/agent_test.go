@@ -51,6 +51,9 @@ type agentSpec struct {
 	StateDir string
 	// Extra are more flags.
 	Extra []string
+	// Env are more environment variables (POD_NAME and the like, as the
+	// manifests set them, or client-go's KUBE_FEATURE_* gates).
+	Env []string
 }
 
 // agent is a running `featureplug run`.
@@ -113,7 +116,7 @@ func (a *agent) start(t *testing.T) {
 		Path: build.agent,
 		Args: args,
 		// An in-cluster configuration must never be picked up by accident.
-		Env: []string{"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT="},
+		Env: append([]string{"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT="}, s.Env...),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()

@@ -212,51 +212,6 @@ func secureWriteTemp(t *testing.T, dir, name, content string) string {
 // agent (POD_NAME and the like, or client-go's KUBE_FEATURE_* gates).
 func secureStartAgent(t *testing.T, spec agentSpec, env ...string) *agent {
 	t.Helper()
-	port, err := harness.FreePort()
-	if err != nil {
-		t.Fatalf("choosing the agent's metrics port: %v", err)
-	}
-	a := &agent{spec: spec, owner: t, port: port, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	s := spec
-	if s.StateDir == "" {
-		s.StateDir = filepath.Join(shortTempDir(t), "state")
-	}
-	if s.KubeletDir == "" {
-		s.KubeletDir = shortTempDir(t)
-	}
-	args := []string{"run",
-		"--fake-node", s.FakeNode,
-		"--node-name", s.Node,
-		"--publish", s.Publish,
-		"--rules", s.Rules,
-		"--kubelet-dir", s.KubeletDir,
-		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", a.port),
-		"--log-level", "debug",
-		"--state-dir", s.StateDir,
-		"--kubeconfig", s.Kubeconfig,
-		"--namespace", s.Namespace,
-	}
-	args = append(args, s.Extra...)
-	a.Process = harness.StartProcess(t, harness.ProcessSpec{
-		Name: "featureplug-" + s.Node,
-		Path: build.agent,
-		Args: args,
-		// An in-cluster configuration must never be picked up by accident.
-		Env: append([]string{"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT="}, env...),
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	if err := waitFor(ctx, func() (bool, string) {
-		if !a.Running() {
-			return false, fmt.Sprintf("exited: %v", a.ExitErr())
-		}
-		code, body, err := a.get("/healthz")
-		if err != nil {
-			return false, err.Error()
-		}
-		return code == 200, fmt.Sprintf("/healthz: %d %s", code, body)
-	}); err != nil {
-		t.Fatalf("featureplug for node %s did not start: %v", s.Node, err)
-	}
-	return a
+	spec.Env = append(spec.Env, env...)
+	return startAgent(t, spec)
 }
