@@ -1,13 +1,10 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/cmd/internal/kube"
 )
 
 // Environment variables the manifests set from the downward API, naming
@@ -20,25 +17,13 @@ const (
 )
 
 // ownerConfig is the agent's OwnerConfig from --owner and the Pod's
-// downward-API variables. Reading the Pod needs the API server; outside a
-// Pod (no POD_NAME) or with --owner node it is not contacted.
-func (f *runFlags) ownerConfig() (agent.OwnerConfig, error) {
+// downward-API variables; the Pod is read through client, the agent's one
+// API client (nil without an API server, when nothing is published to it).
+func (f *runFlags) ownerConfig(client kube.Interface) agent.OwnerConfig {
 	oc := agent.OwnerConfig{Mode: agent.OwnerMode(f.owner), PodName: os.Getenv(podNameEnv),
 		PodNamespace: os.Getenv(podNamespaceEnv), PodUID: os.Getenv(podUIDEnv)}
-	if oc.Mode == agent.OwnerNode || oc.PodName == "" || f.publish != string(agent.PublishNodeFeature) {
-		return oc, nil
+	if client != nil {
+		oc.Pods = client.Pods(f.namespace)
 	}
-	var cfg *rest.Config
-	var err error
-	if f.kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", f.kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return oc, fmt.Errorf("--owner %s: API server configuration: %w", f.owner, err)
-	}
-	cfg.UserAgent = "featureplug/" + version
-	oc.Pods, err = agent.NewPodGetter(cfg, f.namespace)
-	return oc, err
+	return oc
 }

@@ -302,10 +302,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		}
 	}
 	stateDir := prepareStateDir(f.stateDir, log)
-	owner, err := f.ownerConfig()
-	if err != nil {
-		return err
-	}
+	owner := f.ownerConfig(kubeClient)
 
 	a, err := agent.New(agent.Config{
 		NodeName:           f.nodeName,

@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube"
 )
@@ -40,8 +37,8 @@ const (
 type OwnerConfig struct {
 	// Mode is what owns the object; "" means OwnerDaemonSet.
 	Mode OwnerMode
-	// Pods reads the agent's Pod (NewPodGetter; client-go's typed
-	// PodInterface satisfies it); required for OwnerPod and OwnerDaemonSet
+	// Pods reads the agent's Pod (kube.Interface's Pods; client-go's
+	// typed PodInterface satisfies it); required for OwnerPod and OwnerDaemonSet
 	// when PodName is set.
 	Pods PodGetter
 	// PodName, PodNamespace and PodUID identify the agent's Pod. Without
@@ -108,36 +105,5 @@ func ownerResolver(namespace string, cfg OwnerConfig, log *slog.Logger) (func(co
 	}, nil
 }
 
-// PodGetter reads Pods of one namespace.
-type PodGetter interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Pod, error)
-}
-
-// NewPodGetter returns a PodGetter for namespace over the API server cfg
-// names: a core/v1 REST client with package kube's scheme, as kube.Client
-// makes its own (client-go's clientset would link every API group).
-func NewPodGetter(cfg *rest.Config, namespace string) (PodGetter, error) {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &corev1.SchemeGroupVersion
-	c.APIPath = "/api"
-	c.NegotiatedSerializer = serializer.NewCodecFactory(kube.Scheme()).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	rc, err := rest.RESTClientFor(c)
-	if err != nil {
-		return nil, fmt.Errorf("API client for Pods: %w", err)
-	}
-	return restPods{rc: rc, namespace: namespace}, nil
-}
-
-type restPods struct {
-	rc        rest.Interface
-	namespace string
-}
-
-func (p restPods) Get(ctx context.Context, name string, _ metav1.GetOptions) (*corev1.Pod, error) {
-	pod := &corev1.Pod{}
-	err := p.rc.Get().Namespace(p.namespace).Resource("pods").Name(name).Do(ctx).Into(pod)
-	return pod, err
-}
+// PodGetter reads Pods of one namespace (kube.Interface's Pods).
+type PodGetter = kube.Pods

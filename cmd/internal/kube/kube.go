@@ -49,6 +49,9 @@ type Interface interface {
 	NodeFeatures(namespace string) NodeFeatures
 	// ConfigMaps reads ConfigMaps in a namespace.
 	ConfigMaps(namespace string) ConfigMaps
+	// Pods reads Pods in a namespace (the agent's own, for the
+	// NodeFeature's owner references).
+	Pods(namespace string) Pods
 }
 
 // Nodes is the part of client-go's typed NodeInterface featureplug uses;
@@ -71,6 +74,12 @@ type NodeFeatures interface {
 // featureplug uses; that interface satisfies it.
 type ConfigMaps interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.ConfigMap, error)
+}
+
+// Pods is the part of client-go's typed PodInterface featureplug uses;
+// that interface satisfies it.
+type Pods interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Pod, error)
 }
 
 // Scheme holds the types of the API groups the Client speaks: core/v1 and
@@ -233,5 +242,20 @@ func (m configMaps) Get(ctx context.Context, name string, opts metav1.GetOptions
 	out := &corev1.ConfigMap{}
 	err := m.c.core.Get().Namespace(m.ns).Resource("configmaps").Name(name).
 		VersionedParams(&opts, m.c.params).Do(ctx).Into(out)
+	return out, err
+}
+
+// Pods implements Interface.
+func (c *Client) Pods(namespace string) Pods { return pods{c, namespace} }
+
+type pods struct {
+	c  *Client
+	ns string
+}
+
+func (p pods) Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Pod, error) {
+	out := &corev1.Pod{}
+	err := p.c.core.Get().Namespace(p.ns).Resource("pods").Name(name).
+		VersionedParams(&opts, p.c.params).Do(ctx).Into(out)
 	return out, err
 }

@@ -76,6 +76,9 @@ func TestClientRequests(t *testing.T) {
 		case strings.Contains(r.URL.Path, "/configmaps/"):
 			kubeWriteJSON(w, corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"},
 				ObjectMeta: metav1.ObjectMeta{Name: "rules"}, Data: map[string]string{"rules.yaml": "x"}})
+		case strings.Contains(r.URL.Path, "/pods/"):
+			kubeWriteJSON(w, corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+				ObjectMeta: metav1.ObjectMeta{Name: "featureplug-abcde", Namespace: "featureplug", UID: "pod-uid"}})
 		default:
 			http.NotFound(w, r)
 		}
@@ -108,6 +111,10 @@ func TestClientRequests(t *testing.T) {
 	if err != nil || cm.Data["rules.yaml"] != "x" {
 		t.Fatalf("ConfigMaps().Get = %+v, %v", cm, err)
 	}
+	pod, err := c.Pods("featureplug").Get(ctx, "featureplug-abcde", metav1.GetOptions{})
+	if err != nil || pod.UID != "pod-uid" {
+		t.Fatalf("Pods().Get = %+v, %v", pod, err)
+	}
 
 	want := []kubeRequest{
 		{method: "GET", path: "/api/v1/nodes/n1", query: "resourceVersion=0"},
@@ -118,6 +125,7 @@ func TestClientRequests(t *testing.T) {
 		{method: "POST", path: "/api/v1/namespaces/default/events", contentType: "application/json"},
 		{method: "PATCH", path: "/api/v1/namespaces/default/events/e1", contentType: string(types.StrategicMergePatchType)},
 		{method: "GET", path: "/api/v1/namespaces/featureplug/configmaps/rules"},
+		{method: "GET", path: "/api/v1/namespaces/featureplug/pods/featureplug-abcde"},
 	}
 	got := seen()
 	if len(got) != len(want) {

@@ -37,6 +37,8 @@ func (c clientsets) ConfigMaps(namespace string) kube.ConfigMaps {
 	return c.kube.CoreV1().ConfigMaps(namespace)
 }
 
+func (c clientsets) Pods(namespace string) kube.Pods { return c.kube.CoreV1().Pods(namespace) }
+
 // IsWatchListSemanticsUnSupported passes on the wrapped clientset's answer
 // (client-go's fake says true), which client-go's informers ask of the
 // client they are given (util/watchlist).
