@@ -80,8 +80,35 @@ type Resource struct {
 	Name string `json:"name"`
 	// Sharing is how its devices are shared.
 	Sharing Sharing `json:"sharing"`
+	// Serve is the kubelet API the rules chose for the resource; empty when
+	// they left it to the agent's default (see ServedBy).
+	Serve Serve `json:"serve,omitempty"`
 	// Devices are ordered by GPU index, then MIG index.
 	Devices []Device `json:"devices"`
+}
+
+// Serve is the kubelet API a resource is served through. A device is
+// served through exactly one: the sinks of the other API leave it alone.
+type Serve string
+
+// The APIs a resource can be served through.
+const (
+	// ServeDevicePlugin is the kubelet's device-plugin API (one gRPC
+	// server per resource name).
+	ServeDevicePlugin Serve = "device-plugin"
+	// ServeDRA is Dynamic Resource Allocation: the devices are published
+	// in ResourceSlices of driver gpu.featureplug.io and prepared through
+	// the kubelet's DRA plugin API.
+	ServeDRA Serve = "dra"
+)
+
+// ServedBy returns the API the resource is served through, given the
+// agent's default for resources whose rules did not choose.
+func (r *Resource) ServedBy(def Serve) Serve {
+	if r.Serve != "" {
+		return r.Serve
+	}
+	return def
 }
 
 // Device is one physical or MIG device claimed by a resource.

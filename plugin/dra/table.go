@@ -1,0 +1,69 @@
+// Package dra serves a plan's DRA resources through Kubernetes Dynamic
+// Resource Allocation as driver gpu.featureplug.io: it publishes the
+// node's devices in a ResourceSlice (typed attributes from
+// discovery/draattr, memory as capacity, health as taints) and answers the
+// kubelet's DRA plugin API, preparing a claim's devices as CDI device IDs
+// and checkpointing prepared claims in the state directory.
+//
+// A resource is served here only when plan.Resource.ServedBy says
+// plan.ServeDRA; the device-plugin sink leaves such resources alone, so a
+// device is offered through exactly one API.
+package dra
+
+import (
+	"github.com/featureplug/featureplug/rules/plan"
+)
+
+// DriverName is the DRA driver featureplug publishes devices as.
+const DriverName = "gpu.featureplug.io"
+
+// Device is one device the DRA sink publishes, and what preparing it
+// gives a container.
+type Device struct {
+	// Name is the device's name in the ResourceSlice (a DNS label,
+	// stable across restarts: see draattr.DeviceName).
+	Name string
+	// Resource is the resource name the rules gave the device.
+	Resource string
+	// Sharing is the sharing of that resource.
+	Sharing plan.Sharing
+	// Device is the plan's device.
+	Device plan.Device
+	// CDIDevices are the fully qualified CDI device names
+	// ("vendor/class=name") the container runtime resolves to the
+	// device's edits.
+	CDIDevices []string
+}
+
+// Table is the set of devices the DRA sink currently publishes, by
+// name. A Table never changes once made: the sink swaps in a new one
+// for each plan, and the kubelet-side server reads the latest.
+type Table struct {
+	byName map[string]Device
+}
+
+// NewTable returns a table of devs.
+func NewTable(devs []Device) *Table {
+	t := &Table{byName: make(map[string]Device, len(devs))}
+	for _, d := range devs {
+		t.byName[d.Name] = d
+	}
+	return t
+}
+
+// Lookup returns the device with the given ResourceSlice name.
+func (t *Table) Lookup(name string) (Device, bool) {
+	if t == nil {
+		return Device{}, false
+	}
+	d, ok := t.byName[name]
+	return d, ok
+}
+
+// Len returns how many devices the table holds.
+func (t *Table) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.byName)
+}
