@@ -23,6 +23,7 @@
 //	    mps:                       # only with strategy mps; 0 or absent: default
 //	      pinnedMemoryLimitMiB: 0      # 0..16777216 MiB per replica; 0: GPU memory / replicas
 //	      activeThreadPercentage: 0    # 0..100 per replica; 0: 100 / replicas
+//	  serve: device-plugin         # optional: device-plugin or dra (not with mps); absent: the agent's --serve
 //
 // # Evaluation
 //
@@ -61,10 +62,11 @@
 // (index and name), field and value: unknown fields, invalid resource names
 // (see plan.ValidateResourceName), malformed NFD expressions, expressions that
 // cannot compare what featureplug publishes (Gt on a product name), bad
-// sharing settings, and one resource given two sharing settings. Matching on
+// sharing settings, one resource given two sharing settings or two serves
+// on the same nodes, and serve: dra with MPS sharing (serve.go). Matching on
 // a feature or attribute featureplug never publishes is a warning. Plan
-// reports names a template makes invalid for a device, and any device that
-// would be advertised twice.
+// reports names a template makes invalid for a device, any device that
+// would be advertised twice, and one resource given two serves on a node.
 //
 // The builtin files (BuiltinNames) reproduce NVIDIA's device plugin
 // strategies as rules: none (the Default), single and mixed, plus per-model,

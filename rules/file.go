@@ -37,4 +37,8 @@ type ruleSpec struct {
 	Resource string `json:"resource"`
 	// Sharing is how the claimed devices are shared; none when absent.
 	Sharing *plan.SharingSpec `json:"sharing,omitempty"`
+	// Serve is the kubelet API the resource is served through:
+	// device-plugin or dra; absent leaves it to the agent's --serve
+	// (serve.go).
+	Serve plan.Serve `json:"serve,omitempty"`
 }

@@ -60,6 +60,7 @@ type rule struct {
 	tmplMemoize  bool               // whether tmplInputs are all it reads
 
 	sharing plan.Sharing // normalized; MPS holds only the values written
+	serve   plan.Serve   // as written; "" leaves it to the agent (serve.go)
 
 	// explain holds the matchers split into single expressions, in a stable
 	// order, to say which one failed.
@@ -223,6 +224,7 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 		// repeat its errors.
 		if !broken && r.tmpl == nil && r.resource != "" {
 			c.checkSharing(r, literal[r.resource])
+			c.checkServe(r, literal[r.resource]) // serve.go
 			literal[r.resource] = append(literal[r.resource], r)
 		}
 		rs.rules = append(rs.rules, r)
@@ -353,6 +355,7 @@ func (c *checker) compile(i int, s *ruleSpec) *rule {
 	c.compileSelector(r, s.NodeSelector)
 	c.compileResource(r)
 	c.compileSharing(r, s.Sharing)
+	c.compileServe(r, s.Serve) // serve.go
 	return r
 }
 

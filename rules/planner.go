@@ -80,6 +80,7 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 			r, _ := plan.Resource(d.Resource)
 			s := r.Sharing
 			d.Sharing = &s
+			d.Serve = r.Serve
 		}
 	}
 	// NVIDIA's MIG strategy for this node, and "single" refusing a node
@@ -380,6 +381,8 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name, problem string)
 		pl.fail(r, "sharing", r.sharing.String(), fmt.Sprintf("resource %q of %s is also given by rules[%d] %q with sharing %s; a resource has one sharing",
 			name, desc, c.rule.index, c.rule.name, c.sharing.String()))
 		return "", ""
+	} else if !pl.sameServe(c, r, name, desc) { // serve.go
+		return "", ""
 	}
 	c.minMem = min(c.minMem, t.memory())
 	dev := claimed{mig: -1, rule: r, Device: plan.Device{
@@ -492,7 +495,7 @@ func (pl *planner) resources() []plan.Resource {
 		for i := range c.devices {
 			devs[i] = c.devices[i].Device
 		}
-		out = append(out, plan.Resource{Name: name, Sharing: s, Devices: devs})
+		out = append(out, plan.Resource{Name: name, Sharing: s, Serve: c.rule.serve, Devices: devs})
 	}
 	slices.SortFunc(out, func(a, b plan.Resource) int { return cmp.Compare(a.Name, b.Name) })
 	return out

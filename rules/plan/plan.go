@@ -149,6 +149,10 @@ type Decision struct {
 	Rule string `json:"rule,omitempty"`
 	// Sharing is the claiming rule's sharing, when claimed.
 	Sharing *Sharing `json:"sharing,omitempty"`
+	// Serve is the kubelet API the rules chose for the device's resource
+	// (Resource.Serve), when claimed; empty when they left it to the
+	// agent's default.
+	Serve Serve `json:"serve,omitempty"`
 	// Skipped explains, for each earlier rule, why it did not claim the device.
 	Skipped []RuleMiss `json:"skipped,omitempty"`
 	// Problem says why the claiming rule could not advertise the device
