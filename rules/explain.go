@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -9,12 +10,53 @@ import (
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
+// DRAClass is what an explanation shows of the DRA DeviceClass of a
+// resource: made by rules/draclass (which imports this package, so the
+// caller passes it in).
+type DRAClass struct {
+	// Name is the DeviceClass name; empty when the resource has none.
+	Name string `json:"name,omitempty"`
+	// Selector is the class's CEL selector.
+	Selector string `json:"selector,omitempty"`
+	// Fallback says why the selector selects on the resource attribute
+	// rather than the rules' expressions.
+	Fallback string `json:"fallback,omitempty"`
+	// NodeSelectors are the rules' node selectors, which a class cannot
+	// express ("<rule>: <selector>").
+	NodeSelectors []string `json:"nodeSelectors,omitempty"`
+	// Missing says why the resource has no class.
+	Missing string `json:"missing,omitempty"`
+}
+
+// ExplainOptions adds the DRA view to an explanation.
+type ExplainOptions struct {
+	// DRA holds the DeviceClass of each resource, by resource name. When
+	// it is nil the explanation has no DRA view.
+	DRA map[string]DRAClass
+}
+
+// serveText says which kubelet API serves a resource the rules gave.
+func serveText(s plan.Serve) string {
+	if s == "" {
+		return "the agent's --serve"
+	}
+	return string(s)
+}
+
 // WriteExplanation writes a plan for people: for every device, the resource
 // it became, the rule that claimed it, its sharing and why each earlier rule
 // did not claim it; then the devices left out because of their rule (see
 // Plan.Problems), and the resources. Rules skipped only because they
 // claim the other kind of device are counted rather than listed.
 func WriteExplanation(w io.Writer, p *plan.Plan) error {
+	return WriteExplanationWith(w, p, ExplainOptions{})
+}
+
+// WriteExplanationWith is WriteExplanation with the DRA view of opts: per
+// claimed device the kubelet API that serves it (the rules' serve, or the
+// agent's --serve) and its DeviceClass, a SERVE column in the resources,
+// and per resource its DeviceClass and CEL selector.
+func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error {
 	var b strings.Builder
 	for _, d := range p.Decisions {
 		fmt.Fprintf(&b, "%s  %s\n", d.Description, d.Device)
@@ -27,6 +69,13 @@ func WriteExplanation(w io.Writer, p *plan.Plan) error {
 				sharing = d.Sharing.String()
 			}
 			fmt.Fprintf(&b, "  resource  %s\n  rule      %s\n  sharing   %s\n", d.Resource, d.Rule, sharing)
+			if opts.DRA != nil {
+				class := "none"
+				if c := opts.DRA[d.Resource]; c.Name != "" {
+					class = c.Name
+				}
+				fmt.Fprintf(&b, "  serve     %s (DRA class %s)\n", serveText(d.Serve), class)
+			}
 		case d.Kind == plan.DeviceGPU && allMIGEnabled(d.Skipped):
 			b.WriteString("  resource  none: MIG is enabled, so only its MIG devices can be claimed\n")
 		default:
@@ -77,15 +126,58 @@ func WriteExplanation(w io.Writer, p *plan.Plan) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RESOURCE\tDEVICES\tSHARING")
+	if opts.DRA == nil {
+		fmt.Fprintln(tw, "RESOURCE\tDEVICES\tSHARING")
+	} else {
+		fmt.Fprintln(tw, "RESOURCE\tDEVICES\tSHARING\tSERVE")
+	}
 	for _, r := range p.Resources {
 		idx := make([]string, len(r.Devices))
 		for i, d := range r.Devices {
 			idx[i] = d.Index
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, strings.Join(idx, ","), r.Sharing.String())
+		if opts.DRA == nil {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, strings.Join(idx, ","), r.Sharing.String())
+			continue
+		}
+		serve := string(r.Serve)
+		if serve == "" {
+			serve = "--serve"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, strings.Join(idx, ","), r.Sharing.String(), serve)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if opts.DRA == nil {
+		return nil
+	}
+	return writeDRAView(w, p, opts.DRA)
+}
+
+// writeDRAView writes, per resource of the plan, its DRA DeviceClass and
+// selector, as `featureplug dra classes` prints them.
+func writeDRAView(w io.Writer, p *plan.Plan, classes map[string]DRAClass) error {
+	var b strings.Builder
+	b.WriteString("\nDRA (featureplug dra classes): a pod asking for a resource through DRA gets a device its class selects\n")
+	for _, r := range p.Resources {
+		c := classes[r.Name]
+		fmt.Fprintf(&b, "%s\n", r.Name)
+		if c.Name == "" {
+			missing := cmp.Or(c.Missing, "no DeviceClass")
+			fmt.Fprintf(&b, "  class     none: %s\n", missing)
+			continue
+		}
+		fmt.Fprintf(&b, "  class     %s\n  selector  %s\n", c.Name, c.Selector)
+		if c.Fallback != "" {
+			fmt.Fprintf(&b, "  fallback  %s\n", c.Fallback)
+		}
+		for _, ns := range c.NodeSelectors {
+			fmt.Fprintf(&b, "  note      nodeSelector of %s: a DeviceClass cannot select nodes\n", ns)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // allMIGEnabled reports whether every miss of a GPU is because its MIG mode

@@ -24,6 +24,8 @@ type explainOutput struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Unavailable says, per resource, why the agent would hold it back.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
+	// DRA is, per resource, its DRA DeviceClass (dra_explain.go).
+	DRA map[string]rules.DRAClass `json:"dra,omitempty"`
 	*plan.Plan
 }
 
@@ -116,6 +118,9 @@ func checkRules(out, errOut io.Writer, files []string) error {
 		}
 		printWarnings(errOut, rs)
 		fmt.Fprintf(out, "%s: ok, %d rules (%s)\n", file, len(rs.RuleNames()), strings.Join(rs.RuleNames(), ", "))
+		if serve := rs.ServeSummary(); serve != "" { // rules that choose device-plugin or dra (issue 20)
+			fmt.Fprintf(out, "  %s\n", serve)
+		}
 	}
 	if bad > 0 {
 		return &exitError{code: 1, err: fmt.Errorf("rules check: %d of %d files invalid", bad, len(files))}
@@ -145,7 +150,10 @@ func newRulesExplainCommand() *cobra.Command {
 		Long: `Explain discovers the node's GPUs (through NVML, or a fake node), applies the
 rules and prints, for every device, the resource it becomes, the rule that
 claimed it, its sharing, and why each earlier rule did not claim it; then the
-resources. Without --rules it explains the default rules (builtin "none").`,
+resources. Without --rules it explains the default rules (builtin "none").
+Next to it is the DRA view: per resource the kubelet API that serves it (the
+rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
+"featureplug dra classes" makes for it.`,
 		Example: `  featureplug rules explain --rules mixed --fake-node dgx-a100
   featureplug rules explain --rules rules.yaml --fake-node ./node.yaml --node-labels pool=inference
   featureplug rules explain --rules /etc/featureplug/rules.yaml -o json`,
@@ -191,6 +199,8 @@ resources. Without --rules it explains the default rules (builtin "none").`,
 // printExplanation writes a plan in the chosen format.
 func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, plan *plan.Plan, unavailable map[string]string) error {
 	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), Unavailable: unavailable, Plan: plan}
+	doc.DRA = draExplainView(errOut, rs) // dra_explain.go
+	draExplainFill(doc.DRA, resourceNames(plan))
 	switch format {
 	case "json":
 		enc := json.NewEncoder(out)
@@ -208,7 +218,7 @@ func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, p
 	if _, err := fmt.Fprintf(out, "Rules: %s\n\n", rs.Source()); err != nil {
 		return err
 	}
-	if err := rules.WriteExplanation(out, plan); err != nil {
+	if err := rules.WriteExplanationWith(out, plan, rules.ExplainOptions{DRA: doc.DRA}); err != nil {
 		return errors.Join(errors.New("writing the explanation"), err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(unavailable)) {
