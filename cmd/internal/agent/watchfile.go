@@ -15,6 +15,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/utils/clock"
+
+	"github.com/featureplug/featureplug/plugin/fswatch"
 )
 
 // Defaults of the file watcher.
@@ -181,7 +183,7 @@ func (fw *fileWatcher) Run(ctx context.Context, out chan fileSnapshot) error {
 			}
 			return
 		}
-		w, events, watchErrs = nw, nw.Events, nw.Errors
+		w, events, watchErrs = nw, nw.Events, fswatch.Errors(nw) // never nw.Errors: see fswatch
 		if !first {
 			log.Info("inotify available again; watching the " + fw.what)
 		}
