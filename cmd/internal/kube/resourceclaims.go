@@ -1,0 +1,36 @@
+package kube
+
+import (
+	"context"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ResourceClaims is the part of client-go's typed ResourceClaimInterface
+// (resource.k8s.io/v1) the DRA driver's kubelet side uses: it reads the
+// claim the kubelet asks it to prepare, for its allocation. That interface
+// satisfies it.
+type ResourceClaims interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourcev1.ResourceClaim, error)
+}
+
+// ResourceClaims implements Interface.
+func (c *Client) ResourceClaims(namespace string) ResourceClaims {
+	return resourceClaims{c, namespace}
+}
+
+// resourceClaims makes the request client-go's generated
+// ResourceClaimInterface makes (gentype), over the resource.k8s.io/v1
+// REST client.
+type resourceClaims struct {
+	c  *Client
+	ns string
+}
+
+func (r resourceClaims) Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourcev1.ResourceClaim, error) {
+	out := &resourcev1.ResourceClaim{}
+	err := r.c.resource.Get().Namespace(r.ns).Resource("resourceclaims").Name(name).
+		VersionedParams(&opts, r.c.params).Do(ctx).Into(out)
+	return out, err
+}
