@@ -13,6 +13,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/plugin/fswatch"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -83,6 +84,7 @@ func NewManager(opts Options) (*Manager, error) {
 	m.health = newHealthTracker(o.Clock, o.HealthRecovery, newHealthStore(o.StateDir), o.Logger, met, func(keys []string) {
 		o.Logger.Info("devices recovered after a quiet period", "devices", keys, "quietPeriod", o.HealthRecovery)
 		m.refreshHealth()
+		m.healthChanged()
 	})
 	return m, nil
 }
@@ -197,6 +199,7 @@ func (m *Manager) Health(ev discovery.HealthEvent) {
 	m.events.event(ev)
 	if newly {
 		m.refreshHealth()
+		m.healthChanged()
 	}
 }
 
@@ -292,7 +295,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	var events <-chan fsnotify.Event
 	var errs <-chan error
 	if w != nil {
-		events, errs = w.Events, w.Errors
+		events, errs = w.Events, fswatch.Errors(w) // never w.Errors: see fswatch
 	}
 
 	m.mu.Lock()

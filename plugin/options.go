@@ -114,6 +114,10 @@ type Options struct {
 	// back (ok false) gets codes.Unavailable with the reason. The agent uses
 	// it to hold an MPS resource until its control daemon is up.
 	Gate func(resource string) (ok bool, reason string)
+	// OnHealthChange, when set, is called (without the manager's locks)
+	// after a device turned unhealthy or recovered; Manager.Unhealthy
+	// then gives the new set. The agent's DRA sink taints devices by it.
+	OnHealthChange func()
 	// Logger receives the manager's logs (default: discarded).
 	Logger *slog.Logger
 	// Registerer, when set, receives the manager's metrics.

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -52,6 +53,12 @@ type Interface interface {
 	// Pods reads Pods in a namespace (the agent's own, for the
 	// NodeFeature's owner references).
 	Pods(namespace string) Pods
+	// ResourceSlices reads, watches and writes resource.k8s.io/v1
+	// ResourceSlices (the DRA sink's; resourceslices.go).
+	ResourceSlices() ResourceSlices
+	// ResourceClaims reads resource.k8s.io/v1 ResourceClaims in a
+	// namespace (the DRA driver's kubelet side; resourceclaims.go).
+	ResourceClaims(namespace string) ResourceClaims
 }
 
 // Nodes is the part of client-go's typed NodeInterface featureplug uses;
@@ -82,13 +89,14 @@ type Pods interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Pod, error)
 }
 
-// Scheme holds the types of the API groups the Client speaks: core/v1 and
-// nfd.k8s-sigs.io/v1alpha1 (with the meta/v1 options of each). It is
-// built on first use, not at package initialization.
+// Scheme holds the types of the API groups the Client speaks: core/v1,
+// nfd.k8s-sigs.io/v1alpha1 and resource.k8s.io/v1 (with the meta/v1
+// options of each). It is built on first use, not at package
+// initialization.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	// Both AddToScheme register meta/v1's options for their group version.
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, nfdv1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, nfdv1alpha1.AddToScheme, resourcev1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(fmt.Sprintf("kube: building the scheme: %v", err)) // static types: cannot fail
 		}
@@ -99,7 +107,10 @@ func Scheme() *runtime.Scheme {
 // Client is an Interface over the API server a rest.Config names.
 type Client struct {
 	core, nfd rest.Interface
-	params    runtime.ParameterCodec
+	// resource speaks resource.k8s.io/v1 (DRA: ResourceSlices,
+	// ResourceClaims).
+	resource rest.Interface
+	params   runtime.ParameterCodec
 }
 
 var _ Interface = (*Client)(nil)
@@ -126,7 +137,11 @@ func NewForConfigAndClient(cfg *rest.Config, hc *http.Client) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s API client: %w", nfdv1alpha1.SchemeGroupVersion, err)
 	}
-	return &Client{core: core, nfd: nfd, params: runtime.NewParameterCodec(scheme)}, nil
+	resource, err := restClient(cfg, hc, codecs, resourcev1.SchemeGroupVersion, "/apis")
+	if err != nil {
+		return nil, fmt.Errorf("%s API client: %w", resourcev1.SchemeGroupVersion, err)
+	}
+	return &Client{core: core, nfd: nfd, resource: resource, params: runtime.NewParameterCodec(scheme)}, nil
 }
 
 // restClient is a REST client of one group version, as client-go's

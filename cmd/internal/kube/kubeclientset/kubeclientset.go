@@ -39,6 +39,12 @@ func (c clientsets) ConfigMaps(namespace string) kube.ConfigMaps {
 
 func (c clientsets) Pods(namespace string) kube.Pods { return c.kube.CoreV1().Pods(namespace) }
 
+func (c clientsets) ResourceSlices() kube.ResourceSlices { return c.kube.ResourceV1().ResourceSlices() }
+
+func (c clientsets) ResourceClaims(namespace string) kube.ResourceClaims {
+	return c.kube.ResourceV1().ResourceClaims(namespace)
+}
+
 // IsWatchListSemanticsUnSupported passes on the wrapped clientset's answer
 // (client-go's fake says true), which client-go's informers ask of the
 // client they are given (util/watchlist).
