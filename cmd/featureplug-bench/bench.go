@@ -147,6 +147,10 @@ type Round struct {
 	// MemoryStart is read after start-up, MemoryLoad after the calls.
 	MemoryStart Memory `json:"memoryStart"`
 	MemoryLoad  Memory `json:"memoryLoad"`
+	// Release is what the agent logged of releasing its binary's
+	// start-up pages; nil when it logged nothing of it (an older binary,
+	// or --release-startup-pages=false).
+	Release *Release `json:"release,omitempty"`
 	// Idle is the CPU the agent used while nothing happened.
 	Idle Idle `json:"idle"`
 	// Quiet is the no-change publishing check.
@@ -227,6 +231,11 @@ type bench struct {
 func newBench(ctx context.Context, cfg Config) (*bench, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	for _, bin := range []string{cfg.Binary, cfg.NullPlugin} {
+		if err := flushFile(bin); err != nil {
+			return nil, err
+		}
 	}
 	plan, err := expectedPlan(ctx, cfg.Binary, cfg.FakeNode, cfg.Rules)
 	if err != nil {
@@ -343,6 +352,9 @@ func (b *bench) round(ctx context.Context, index int) (r Round, err error) {
 		return r, err
 	}
 	if err := b.restarts(ctx, s, &r); err != nil {
+		return r, err
+	}
+	if r.Release, err = readRelease(s.agent.logPath); err != nil {
 		return r, err
 	}
 	if err := s.close(); err != nil {
@@ -696,4 +708,25 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// flushFile writes path's dirty page-cache pages to disk, so that the
+// binaries are measured as an installed binary runs: a file just written
+// (make builds them right before the bench) keeps dirty pages until
+// writeback, which the kernel can neither drop nor cache again in small
+// pages, as the agent asks it to once registered
+// (agent.ReleaseBinaryPages). "" is no file.
+func flushFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("flushing %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("flushing %s: %w", path, err)
+	}
+	return nil
 }

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
+)
+
+// TestAfterStartupOnceRegistered: the agent runs Config.AfterStartup and
+// releases the binary's start-up pages only once the kubelet has taken
+// every resource, and says so in its log.
+func TestAfterStartupOnceRegistered(t *testing.T) {
+	src, err := OpenFake("dgx-a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dir, err := os.MkdirTemp("", "fp") // short: unix socket paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	kubelet, err := kubeletsim.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Stop()
+	records := make(kubeRecords, 4096)
+	// At AfterStartup: whether the manager had every resource of its plan
+	// registered, and the resources the kubelet has.
+	type state struct {
+		ready     bool
+		resources []string
+	}
+	afterStartup := make(chan state, 1)
+	var a *Agent
+	a, err = New(Config{
+		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
+		Plugin:              plugin.Options{KubeletDir: dir},
+		RediscoverInterval:  time.Hour,
+		Logger:              slog.New(records),
+		ReleaseStartupPages: true,
+		AfterStartup:        func() { afterStartup <- state{a.manager.Ready(), kubelet.Resources()} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, a)
+	timeout := time.After(testWait)
+	for released := false; !released; {
+		select {
+		case r := <-records:
+			released = strings.HasPrefix(r, "released the binary's start-up pages")
+		case <-timeout:
+			t.Fatal("no \"released the binary's start-up pages\" in the log")
+		}
+	}
+	select {
+	case got := <-afterStartup:
+		// The mixed rules make four resources of the fake DGX A100.
+		if !got.ready || len(got.resources) != 4 {
+			t.Errorf("AfterStartup ran with every resource registered = %v, the kubelet holding %v; want true and 4 resources", got.ready, got.resources)
+		}
+	case <-time.After(testWait):
+		t.Fatal("AfterStartup did not run after the release")
+	}
+}

@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"context"
+	"runtime/debug"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// TestWaitStartupOver: the release waits for every resource to be
+// registered, gives up waiting after the bound, and never runs once the
+// agent stops.
+func TestWaitStartupOver(t *testing.T) {
+	const period, maxWait = 50 * time.Millisecond, 30 * time.Second
+	// start runs waitStartupOver with a readiness that reports each check
+	// on the returned channel and answers isReady.
+	start := func(ctx context.Context, clk *testingclock.FakeClock, isReady *atomic.Bool) (<-chan struct{}, <-chan bool) {
+		checked := make(chan struct{}, 1000)
+		done := make(chan bool, 1)
+		ready := func() bool { checked <- struct{}{}; return isReady.Load() }
+		go func() { done <- waitStartupOver(ctx, clk, ready, period, maxWait) }()
+		return checked, done
+	}
+	t.Run("ready", func(t *testing.T) {
+		clk := testingclock.NewFakeClock(time.Unix(0, 0))
+		var isReady atomic.Bool
+		checked, done := start(context.Background(), clk, &isReady)
+		<-checked // at once
+		clk.Step(period)
+		<-checked // a period later, not ready yet
+		select {
+		case <-done:
+			t.Fatal("waitStartupOver returned before the resources were registered")
+		default:
+		}
+		isReady.Store(true)
+		clk.Step(period)
+		<-checked
+		if !<-done {
+			t.Fatal("waitStartupOver = false once ready, want true")
+		}
+	})
+	t.Run("bound", func(t *testing.T) {
+		clk := testingclock.NewFakeClock(time.Unix(0, 0))
+		var isReady atomic.Bool
+		checked, done := start(context.Background(), clk, &isReady)
+		<-checked
+		clk.Step(maxWait)
+		if !<-done {
+			t.Fatal("waitStartupOver = false after the bound, want true")
+		}
+	})
+	t.Run("stopped", func(t *testing.T) {
+		clk := testingclock.NewFakeClock(time.Unix(0, 0))
+		ctx, cancel := context.WithCancel(context.Background())
+		var isReady atomic.Bool
+		checked, done := start(ctx, clk, &isReady)
+		<-checked
+		cancel()
+		if <-done {
+			t.Fatal("waitStartupOver = true after the agent stopped, want false")
+		}
+	})
+}
+
+// gcPercent reads the collector's setting.
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
+// TestTuneGC: no collection target of 100% during start-up, the serving
+// target after it (set once), and $GOGC left alone.
+func TestTuneGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	afterStartup := TuneGC()
+	if got := gcPercent(); got != startupGCPercent {
+		t.Errorf("GC percent during start-up = %d, want %d", got, startupGCPercent)
+	}
+	afterStartup()
+	if got := gcPercent(); got != servingGCPercent {
+		t.Errorf("GC percent after start-up = %d, want %d", got, servingGCPercent)
+	}
+	debug.SetGCPercent(70)
+	afterStartup() // a second call changes nothing
+	if got := gcPercent(); got != 70 {
+		t.Errorf("GC percent after a second call = %d, want 70 (untouched)", got)
+	}
+
+	t.Setenv("GOGC", "70")
+	afterStartup = TuneGC()
+	if got := gcPercent(); got != 70 {
+		t.Errorf("GC percent with $GOGC=70 = %d, want 70 (the operator's choice)", got)
+	}
+	afterStartup()
+	if got := gcPercent(); got != 70 {
+		t.Errorf("GC percent with $GOGC=70 after start-up = %d, want 70", got)
+	}
+}
