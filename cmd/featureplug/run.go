@@ -25,7 +25,9 @@ import (
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin"
 	"github.com/featureplug/featureplug/plugin/cdi"
+	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/plugin/mps"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // envPrefix prefixes the environment variable of every run flag.
@@ -75,6 +77,12 @@ type runFlags struct {
 	logLevel           string
 	owner              string // owner.go
 	timestampLabel     bool
+	serve              string // the kubelet API of resources whose rules do not say (issue 20)
+	draRegistryDir     string // the kubelet's plugin registry directory (DRA registration socket)
+	draPluginDir       string // the DRA driver's socket directory
+
+	// releaseStartupPages: agent.Config.ReleaseStartupPages (issue 17).
+	releaseStartupPages bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -118,7 +126,7 @@ the command line wins.`,
 	fs.StringVar(&f.deviceID, "device-id-strategy", string(plugin.DeviceIDUUID), "how devices are named to the runtime: uuid or index")
 	fs.StringVar(&f.cdiKind, "cdi-kind", plugin.DefaultCDIKind, "CDI vendor/class of CDI device names")
 	fs.StringVar(&f.cdiPrefix, "cdi-annotation-prefix", plugin.DefaultCDIAnnotationPrefix, "prefix of CDI annotation keys")
-	fs.StringVar(&f.cdiSpecDir, "cdi-spec-dir", cdi.DefaultSpecDir, "directory of the CDI spec written for the advertised devices with a cdi-* device-list strategy")
+	fs.StringVar(&f.cdiSpecDir, "cdi-spec-dir", cdi.DefaultSpecDir, "directory of the CDI spec written for the advertised devices with a cdi-* device-list strategy, and for the devices served through DRA (which needs it)")
 	fs.StringVar(&f.cdiHostDriverRoot, "cdi-host-driver-root", "", "where --driver-root is on the host, for the CDI spec's host paths (default: --driver-root; \"/\" when the host's root is mounted at --driver-root)")
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the CDI spec's hooks (default: /usr/bin/nvidia-cdi-hook)")
 	fs.StringVar(&f.replicaPolicy, "replica-policy", string(plugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
@@ -128,6 +136,9 @@ the command line wins.`,
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
 	fs.DurationVar(&f.mpsCheckInterval, "mps-check-interval", mps.DefaultCheckInterval, "period of the MPS control daemons' liveness check")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
+	fs.BoolVar(&f.releaseStartupPages, "release-startup-pages", true, "once registered, release the binary's pages that start-up used and keep the rest in 4 KiB pages, so that only the pages in use stay resident (docs/performance.md)")
+	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket "+dra.RegistrationSocketName+" goes")
+	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket "+dra.PluginSocketName+", which the kubelet calls to prepare claims")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir, "host directory for state that must survive a restart (unhealthy devices); created 0700 at start; empty disables persistence")
 	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the backstop check (stat and content hash) of the rules file and the feature file, which catches what file events miss")
 	fs.DurationVar(&f.fileSettle, "file-settle", agent.DefaultFileSettle, "how long a changed rules file must stay unchanged before it is applied")
@@ -136,6 +147,7 @@ the command line wins.`,
 	fs.BoolVar(&f.timestampLabel, "timestamp-label", false, "publish nvidia.com/gfd.timestamp as gpu-feature-discovery does; it changes at every resync, so every resync writes the NodeFeature")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.serve, "serve", string(plan.ServeDevicePlugin), "kubelet API of the resources whose rule does not say serve: device-plugin or dra (Dynamic Resource Allocation)")
 	annotateEnv(fs)
 	return cmd
 }
@@ -248,6 +260,7 @@ func (f *runFlags) kubeClients() (kube.Interface, error) {
 }
 
 func (f *runFlags) run(cmd *cobra.Command) error {
+	afterStartup := agent.TuneGC() // no collection until registered: AfterStartup below
 	log, err := newLogger(f.logFormat, f.logLevel)
 	if err != nil {
 		return err
@@ -310,6 +323,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		Source:             src,
 		Rules:              f.rules,
 		RulesEngine:        rulesengine.New(),
+		DefaultServe:       plan.Serve(f.serve),
 		NodeLabels:         f.nodeLabels,
 		Publish:            agent.PublishMode(f.publish),
 		FeaturesFile:       f.featuresFile,
@@ -332,6 +346,8 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			StateDir:             stateDir,
 		},
 		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
+		DRARegistryDir:    f.draRegistryDir,
+		DRAPluginDir:      f.draPluginDir,
 		CDI:               agent.CDIConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
 		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
 		FileCheckInterval: f.fileCheckInterval,
@@ -341,6 +357,9 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		MetricsAddr:       f.metricsAddr,
 		Stdout:            cmd.OutOrStdout(),
 		Logger:            log,
+
+		ReleaseStartupPages: f.releaseStartupPages,
+		AfterStartup:        afterStartup,
 	})
 	if err != nil {
 		return err

@@ -68,6 +68,10 @@ type Config struct {
 	Rules string
 	// RulesEngine loads Rules (see rulesengine.go); required.
 	RulesEngine RulesEngine
+	// DefaultServe is the kubelet API of the resources whose rules do not
+	// choose one (plan.Resource.ServedBy); "" means plan.ServeDevicePlugin
+	// (serve.go).
+	DefaultServe plan.Serve
 	// NodeLabels are node labels the rules' node selectors see in addition
 	// to the Node object's labels (when Kube is set).
 	NodeLabels map[string]string
@@ -103,6 +107,12 @@ type Config struct {
 	// CDI configures the CDI spec written with a CDI device-list
 	// strategy (cdi.go).
 	CDI CDIConfig
+	// DRARegistryDir and DRAPluginDir are where the kubelet-facing DRA
+	// driver makes its registration socket and its DRA service socket
+	// (dra_node.go; the command line's defaults are dra.DefaultRegistryDir
+	// and dra.DefaultPluginDir); either empty runs no kubelet-facing DRA
+	// driver, so claims of DRA devices cannot be prepared on this node.
+	DRARegistryDir, DRAPluginDir string
 	// Health configures the NVML health watcher.
 	Health discovery.HealthOptions
 	// FileCheckInterval is the period of the backstop check of the rules
@@ -122,6 +132,14 @@ type Config struct {
 	LivenessTimeout time.Duration
 	// MetricsAddr serves /metrics, /healthz and /readyz; "" disables it.
 	MetricsAddr string
+	// ReleaseStartupPages releases the binary's start-up pages once every
+	// resource is registered, so that only the pages in use stay resident
+	// (memory.go, memory_linux.go); off for agents run inside tests.
+	ReleaseStartupPages bool
+	// AfterStartup, when set, runs once every resource is registered (or
+	// start-up has lasted 30 s), not when the agent stops before: the
+	// command line sets the collector's serving target there (TuneGC).
+	AfterStartup func()
 	// NoDevicePlugins runs without the device-plugin sink: plans are
 	// published, not served (the scale driver's simulated nodes, see
 	// cmd/featureplug-scale).
@@ -152,6 +170,14 @@ type Agent struct {
 	sinks     []Sink
 	plugins   *devicePluginSink
 	publisher *publishSink
+	// dra serves the plan's DRA resources (dra.go); nil with
+	// NoDevicePlugins. Its currentTable is what the kubelet-side DRA
+	// server prepares claims from.
+	dra *draSink
+	// draHealth is dra for the device-plugin manager's OnHealthChange,
+	// which a restored health record's timer may call while New is
+	// still building the agent.
+	draHealth atomic.Pointer[draSink]
 	// mpsChanged is signalled when an MPS daemon's readiness flips.
 	mpsChanged chan struct{}
 	// planReport reports devices the plan leaves out (planreport.go).
@@ -195,6 +221,9 @@ func New(cfg Config) (*Agent, error) {
 	if !cfg.RulesEngine.complete() {
 		return nil, errors.New("agent: no rules engine")
 	}
+	if err := checkDefaultServe(&cfg); err != nil { // serve.go
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -222,8 +251,14 @@ func New(cfg Config) (*Agent, error) {
 	popts.Registerer = a.registry
 	// An MPS resource is withdrawn when its daemon dies; until the loop has
 	// done so, Allocate refuses it rather than hand out a dead pipe.
-	a.plugins = &devicePluginSink{log: cfg.Logger}
+	a.plugins = &devicePluginSink{log: cfg.Logger, serve: cfg.DefaultServe}
 	popts.Gate = a.plugins.mpsGate
+	// The DRA sink taints the devices the manager holds Unhealthy (dra.go).
+	popts.OnHealthChange = func() {
+		if s := a.draHealth.Load(); s != nil {
+			s.healthChanged()
+		}
+	}
 	if a.manager, err = plugin.NewManager(popts); err != nil {
 		return nil, err
 	}
@@ -260,6 +295,8 @@ func New(cfg Config) (*Agent, error) {
 	a.sinks = []Sink{a.plugins, a.publisher}
 	if cfg.NoDevicePlugins {
 		a.sinks = []Sink{a.publisher}
+	} else if err := a.addDRASink(); err != nil { // dra.go
+		return nil, err
 	} else if err := a.addCDISink(); err != nil { // the CDI spec comes first: cdi.go
 		return nil, err
 	}
@@ -429,6 +466,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.startupEvidence()
 	a.replan(ctx, "start")
 	a.restartHealthWatcher(ctx, &wg)
+	a.startAfterStartup(ctx, &wg) // memory.go
 
 	// A jittered period, so that agents started together drift apart.
 	ticker := time.NewTicker(wait.Jitter(a.cfg.RediscoverInterval, periodJitter))
@@ -756,7 +794,7 @@ func (a *Agent) replanIfLabelsChanged(ctx context.Context) {
 	if a.plan == nil || a.ruleSet == nil {
 		return
 	}
-	plan, err := a.ruleSet.Plan(a.inv, a.nodeLabels)
+	plan, err := a.planFor(a.ruleSet) // serve.go
 	if err == nil && !reflect.DeepEqual(plan, a.plan) {
 		a.replan(ctx, "node labels")
 	}
@@ -770,7 +808,7 @@ func (a *Agent) replan(ctx context.Context, why string) {
 		a.applyLastGood(ctx)
 		return
 	}
-	plan, err := a.ruleSet.Plan(a.inv, a.nodeLabels)
+	plan, err := a.planFor(a.ruleSet) // serve.go
 	if err != nil {
 		a.metrics.planErrors.Inc()
 		a.reportRuleError(ctx, "PlanFailed", err)

@@ -57,6 +57,9 @@ type cdiSink struct {
 	devices  prometheus.Gauge
 	// cleanup removes a temporary fake driver root at the end of Run.
 	cleanup func()
+	// only, when set, is the part of a plan the spec holds (the DRA
+	// resources, when no CDI device-list strategy is on); nil: all.
+	only func(*plan.Plan) *plan.Plan
 
 	// Loop goroutine only.
 	lastPlan *plan.Plan
@@ -81,14 +84,27 @@ func cdiEnabled(o plugin.Options) bool {
 }
 
 // addCDISink puts the CDI spec sink first in a.sinks when a CDI
-// device-list strategy is on.
+// device-list strategy is on, or else, holding only the DRA resources'
+// devices, when DRA can serve (dra.go: DRA prepares devices as CDI
+// devices). A CDI spec that cannot be made for DRA alone is a start-up
+// error only with --serve dra; otherwise plans that serve a resource
+// through DRA are refused with the reason.
 func (a *Agent) addCDISink() error {
-	if !cdiEnabled(a.cfg.Plugin) {
+	draOnlySpec := !cdiEnabled(a.cfg.Plugin)
+	if draOnlySpec && !a.draNeedsCDISink() {
 		return nil
 	}
 	s, err := a.newCDISink()
 	if err != nil {
+		if draOnlySpec && a.cfg.DefaultServe != plan.ServeDRA {
+			a.dra.cdiErr = err
+			a.log.Warn("no CDI spec for DRA devices; a resource served through DRA will be refused", "err", err)
+			return nil
+		}
 		return err
+	}
+	if draOnlySpec {
+		s.only = draOnly(a.cfg.DefaultServe)
 	}
 	a.sinks = append([]Sink{s}, a.sinks...)
 	return nil
@@ -157,7 +173,11 @@ func (s *cdiSink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Pla
 	if p == nil || (p == s.lastPlan && inv == s.lastInv) {
 		return nil
 	}
-	spec, err := cdi.Build(s.opts, s.gen, inv, p)
+	served := p
+	if s.only != nil {
+		served = s.only(p)
+	}
+	spec, err := cdi.Build(s.opts, s.gen, inv, served)
 	if err != nil {
 		return err
 	}

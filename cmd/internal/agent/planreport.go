@@ -87,7 +87,7 @@ func (a *Agent) takeRules(ctx context.Context, rs RuleSet) bool {
 		a.metrics.ruleReloads.WithLabelValues("applied").Inc()
 		return true
 	}
-	plan, err := rs.Plan(a.inv, a.nodeLabels)
+	plan, err := a.planFor(rs) // serve.go
 	if err == nil && len(plan.Resources) == 0 && len(plan.Problems) > 0 {
 		err = fmt.Errorf("no device could be planned: every device the rules claim is left out: %s", problemsSummary(plan.Problems))
 	}

@@ -113,9 +113,13 @@ type devicePluginSink struct {
 	mps     *mps.Supervisor
 	metrics *metrics
 	log     *slog.Logger
+	// serve is the agent's default API: the sink serves only the
+	// resources ServedBy(serve) gives to the device plugins (serve.go).
+	serve plan.Serve
 
-	// last is the plan last applied (loop goroutine only).
-	last *plan.Plan
+	// in is the plan last applied and last its device-plugin part
+	// (loop goroutine only).
+	in, last *plan.Plan
 	// served is the plan last handed to the manager, read by the Allocate
 	// gate.
 	served atomic.Pointer[plan.Plan]
@@ -131,15 +135,16 @@ var (
 func (s *devicePluginSink) Name() string { return "device plugins" }
 
 // Apply implements Sink: MPS daemons first, then the servers.
-func (s *devicePluginSink) Apply(ctx context.Context, _ *discovery.Inventory, plan *plan.Plan) error {
-	if plan == nil || plan == s.last {
+func (s *devicePluginSink) Apply(ctx context.Context, _ *discovery.Inventory, in *plan.Plan) error {
+	if in == nil || in == s.in {
 		return nil
 	}
+	plan := devicePluginPlan(in, s.serve) // without the DRA resources: serve.go
 	s.applyMPS(ctx, plan)
 	if err := s.manager.Apply(s.servedPlan(plan)); err != nil {
 		return err
 	}
-	s.last = plan
+	s.in, s.last = in, plan
 	return nil
 }
 

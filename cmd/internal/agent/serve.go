@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/featureplug/featureplug/rules/plan"
+)
+
+// Which kubelet API serves a resource (issue 20): a rule may say serve:
+// device-plugin or serve: dra; Config.DefaultServe (--serve) decides for
+// the resources whose rules do not say. The device-plugin sink serves only
+// the resources plan.Resource.ServedBy(DefaultServe) gives to the device
+// plugins, and the DRA sink only the others, so a device is offered
+// through exactly one API.
+
+// checkDefaultServe validates cfg.DefaultServe, making "" device-plugin.
+func checkDefaultServe(cfg *Config) error {
+	switch cfg.DefaultServe {
+	case "":
+		cfg.DefaultServe = plan.ServeDevicePlugin
+	case plan.ServeDevicePlugin, plan.ServeDRA:
+	default:
+		return fmt.Errorf("--serve: %q is not a kubelet API (use %s or %s)", cfg.DefaultServe, plan.ServeDevicePlugin, plan.ServeDRA)
+	}
+	return nil
+}
+
+// planFor makes the plan of rs for the current inventory and node labels,
+// and refuses one the agent cannot serve with its default API
+// (checkServe), or whose DRA resources it cannot serve at all (no API
+// server, no CDI spec: draSink.canServe). Every plan the agent takes is
+// made here, so such a plan reaches no sink: were it refused by the DRA
+// sink only, the device plugins (applied first) would already have
+// withdrawn the resources it moves to DRA, and they would be served by
+// neither API.
+func (a *Agent) planFor(rs RuleSet) (*plan.Plan, error) {
+	p, err := rs.Plan(a.inv, a.nodeLabels)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkServe(p, a.cfg.DefaultServe, rs.Source()); err != nil {
+		return nil, err
+	}
+	if a.dra != nil {
+		if err := a.dra.canServe(p); err != nil {
+			return nil, fmt.Errorf("%s: %w", rs.Source(), err)
+		}
+	}
+	return p, nil
+}
+
+// checkServe refuses a plan that would serve an MPS-shared resource
+// through DRA because its rule left the API to the agent's --serve dra
+// (a rule saying serve: dra with MPS never loads): MPS is not offered
+// through DRA. Each error names the rules file, the rule and the resource.
+func checkServe(p *plan.Plan, def plan.Serve, source string) error {
+	var errs []error
+	for i := range p.Resources {
+		r := &p.Resources[i]
+		if r.ServedBy(def) != plan.ServeDRA || r.Sharing.Strategy != plan.SharingMPS {
+			continue
+		}
+		var names []string
+		for _, d := range r.Devices {
+			if q := strconv.Quote(d.Rule); !slices.Contains(names, q) {
+				names = append(names, q)
+			}
+		}
+		rule := "rules " + strings.Join(names, ", ")
+		if len(names) == 1 {
+			rule = "rule " + names[0]
+		}
+		errs = append(errs, fmt.Errorf("%s: %s: resource %q is shared with mps and, with --serve %s, would be served through DRA: "+
+			"MPS is not offered through DRA (Kubernetes 1.37 shares a DRA device only as consumable capacity, which serves time-slicing); "+
+			"say serve: device-plugin in the rule, or share it with time-slicing", source, rule, r.Name, def))
+	}
+	return errors.Join(errs...)
+}
+
+// devicePluginPlan is the part of p the device plugins serve: p without
+// the resources served through DRA (p itself when there are none).
+func devicePluginPlan(p *plan.Plan, def plan.Serve) *plan.Plan {
+	dra := 0
+	for i := range p.Resources {
+		if p.Resources[i].ServedBy(def) == plan.ServeDRA {
+			dra++
+		}
+	}
+	if dra == 0 {
+		return p
+	}
+	out := *p
+	out.Resources = make([]plan.Resource, 0, len(p.Resources)-dra)
+	for _, r := range p.Resources {
+		if r.ServedBy(def) != plan.ServeDRA {
+			out.Resources = append(out.Resources, r)
+		}
+	}
+	return &out
+}

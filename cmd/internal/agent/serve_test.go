@@ -1,0 +1,348 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
+	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
+	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
+)
+
+// serveRules is a rules file for dgx-h100 (eight H100, GPU 0 to 7): GPUs
+// 0-3 are example.com/a, served through aServe ("" leaves it to the
+// agent's --serve), and GPUs 4-7 example.com/b, served by device plugin.
+func serveRules(aServe plan.Serve) []byte {
+	s := `apiVersion: featureplug.io/v1alpha1
+kind: ResourceRules
+rules:
+- name: a
+  devices: gpu
+  matchFeatures: [{feature: nvidia.gpu, matchExpressions: {index: {op: In, value: ["0", "1", "2", "3"]}}}]
+  resource: example.com/a
+`
+	if aServe != "" {
+		s += "  serve: " + string(aServe) + "\n"
+	}
+	return []byte(s + `- name: b
+  devices: gpu
+  resource: example.com/b
+  serve: device-plugin
+`)
+}
+
+// serveWaitReady waits until the agent's device plugins are all
+// registered with the kubelet (plugin.Manager.Ready: every resource of
+// the plan it serves has registered). Registration ends in the plugin's
+// process after the kubelet's answer, so this polls.
+func serveWaitReady(t *testing.T, a *Agent) {
+	t.Helper()
+	deadline := time.Now().Add(testWait)
+	for !a.manager.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("the device plugins never became ready")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestServeSplitsResourcesByAPI: of a plan with one resource served
+// through DRA and one by device plugin, only the latter registers with
+// the kubelet; a rules reload moving the first to the device plugins
+// registers it, and moving it back to DRA stops exactly its server while
+// the other resource keeps its one registration and ListAndWatch stream,
+// with no update but the health change the test plays last.
+func TestServeSplitsResourcesByAPI(t *testing.T) {
+	src, err := OpenFake("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	// A short directory: unix socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	kubeletDir := filepath.Join(dir, "dp")
+	if err := os.Mkdir(kubeletDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kubelet, err := kubeletsim.Start(kubeletDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Stop()
+	rulesPath := filepath.Join(dir, "rules.yaml")
+	writeRules := func(aServe plan.Serve) {
+		t.Helper()
+		// Renamed into place, so that the agent never reads half a file.
+		tmp := rulesPath + ".tmp"
+		if err := os.WriteFile(tmp, serveRules(aServe), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, rulesPath); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeRules(plan.ServeDRA)
+	records := make(kubeRecords, 4096)
+	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-1"}})
+	a, err := New(Config{
+		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(),
+		Kube:               kubeclientset.New(kube, nil),
+		Plugin:             plugin.Options{KubeletDir: kubeletDir},
+		CDI:                CDIConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
+		RediscoverInterval: time.Hour,
+		FileSettle:         time.Millisecond,
+		FileCheckInterval:  50 * time.Millisecond,
+		Logger:             slog.New(records),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(runAgent(t, a), testWait)
+	defer cancel()
+	const resA, resB = "example.com/a", "example.com/b"
+	fourHealthy := func(devs []*pluginapi.Device) bool {
+		if len(devs) != 4 {
+			return false
+		}
+		for _, d := range devs {
+			if d.GetHealth() != pluginapi.Healthy {
+				return false
+			}
+		}
+		return true
+	}
+
+	// Start: a is served through DRA, b by its device plugin.
+	kubeWaitRecord(t, records, "plan applied", "trigger=start")
+	if err := kubelet.WaitFor(ctx, resB, fourHealthy); err != nil {
+		t.Fatal(err)
+	}
+	serveWaitReady(t, a) // every device plugin of the plan has registered ...
+	if got := kubelet.Resources(); !slices.Equal(got, []string{resB}) {
+		t.Fatalf("kubelet registrations %v, want only %s (%s is served through DRA)", got, resB, resA)
+	}
+	updatesB := kubelet.Updates(resB)
+
+	// Reload: a moves to the device plugins.
+	writeRules("")
+	if err := kubelet.WaitFor(ctx, resA, fourHealthy); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reload: a moves back to DRA; its server stops, its stream ends.
+	writeRules(plan.ServeDRA)
+	if err := kubelet.WaitUntil(ctx, func() bool { return !kubelet.Streaming(resA) }); err != nil {
+		t.Fatalf("%s still streams after moving to DRA: %v", resA, err)
+	}
+	// Every sink took both reloads (the DRA sink included).
+	kubeWaitRecord(t, records, "plan applied", "trigger=rules")
+	kubeWaitRecord(t, records, "plan applied", "trigger=rules")
+
+	// A health change on a GPU of b comes after every reload on b's
+	// stream: had a reload restarted or updated b, it would show now.
+	if err := src.InjectXID(5, 79); err != nil {
+		t.Fatal(err)
+	}
+	uuid := a.current.Load().GPUs[5].UUID
+	if err := kubelet.WaitFor(ctx, resB, func(devs []*pluginapi.Device) bool {
+		return slices.ContainsFunc(devs, func(d *pluginapi.Device) bool { return d.GetID() == uuid && d.GetHealth() == pluginapi.Unhealthy })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r, s, u := kubelet.Registrations(resB), kubelet.Streams(resB), kubelet.Updates(resB); r != 1 || s != 1 || u != updatesB+1 {
+		t.Errorf("%s: %d registrations, %d streams, %d updates; want 1, 1 and %d (the health change only): "+
+			"moving %s between APIs touched it", resB, r, s, u, updatesB+1, resA)
+	}
+	if !kubelet.Streaming(resB) {
+		t.Errorf("%s's stream is closed", resB)
+	}
+	if got := kubelet.Registrations(resA); got != 1 {
+		t.Errorf("%s registered %d times, want once (while the device plugins served it)", resA, got)
+	}
+}
+
+// TestServeRefusesDRAItCannotServe: without an API server, rules that move
+// a resource to DRA are refused as a whole (the rule error, naming the
+// resource, rule and what is missing), before any sink takes them: the
+// resource keeps its device plugin rather than being served by neither
+// API.
+func TestServeRefusesDRAItCannotServe(t *testing.T) {
+	src, err := OpenFake("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dir, err := os.MkdirTemp("", "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	kubelet, err := kubeletsim.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Stop()
+	rulesPath := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rulesPath, serveRules(""), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	records := make(kubeRecords, 4096)
+	a, err := New(Config{
+		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(),
+		Plugin:             plugin.Options{KubeletDir: dir},
+		CDI:                CDIConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
+		RediscoverInterval: time.Hour,
+		FileSettle:         time.Millisecond,
+		FileCheckInterval:  50 * time.Millisecond,
+		Logger:             slog.New(records),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, a)
+	kubeWaitRecord(t, records, "plan applied", "trigger=start", "example.com/a")
+	serveWaitReady(t, a)
+	tmp := rulesPath + ".tmp"
+	if err := os.WriteFile(tmp, serveRules(plan.ServeDRA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, rulesPath); err != nil {
+		t.Fatal(err)
+	}
+	kubeWaitRecord(t, records, "rules rejected", "resource example.com/a (rule a) is served through DRA, which needs an API server")
+	// The rejection is logged in the loop iteration that would have
+	// applied the plan: the device plugin of a is still there.
+	if !a.manager.Registered("example.com/a") || kubelet.Registrations("example.com/a") != 1 {
+		t.Error("example.com/a's device plugin stopped for rules that DRA cannot serve")
+	}
+	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 1 {
+		t.Errorf(`featureplug_rule_reloads_total{result="invalid"} = %v, want 1`, got)
+	}
+}
+
+// TestServeDRARefusesMPSRules: with --serve dra, a rule sharing its
+// resource with MPS that does not say serve: device-plugin makes no plan
+// (MPS is not offered through DRA): the rules are refused with the usual
+// rule error, naming the file and rule, and the last good rules stay.
+func TestServeDRARefusesMPSRules(t *testing.T) {
+	const mpsRule = "- name: h100-mps\n  devices: gpu\n  resource: example.com/h100\n  sharing: {strategy: mps, replicas: 2}\n"
+	tests := []struct {
+		name  string
+		def   plan.Serve
+		rules string
+		err   string // the whole error, "" for a plan
+	}{
+		{"default device-plugin", plan.ServeDevicePlugin, mpsRule, ""},
+		{"serve dra", plan.ServeDRA, mpsRule,
+			`r.yaml: rule "h100-mps": resource "example.com/h100" is shared with mps and, with --serve dra, would be served through DRA: ` +
+				`MPS is not offered through DRA (Kubernetes 1.37 shares a DRA device only as consumable capacity, which serves time-slicing); ` +
+				`say serve: device-plugin in the rule, or share it with time-slicing`},
+		{"serve dra, rule says device-plugin", plan.ServeDRA, mpsRule + "  serve: device-plugin\n", ""},
+		{"serve dra, time-slicing", plan.ServeDRA,
+			"- name: h100-ts\n  devices: gpu\n  resource: example.com/h100\n  sharing: {strategy: time-slicing, replicas: 2}\n", ""},
+	}
+	src, err := OpenFake("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	inv, _, err := src.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs, err := rules.Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+tt.rules))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &Agent{cfg: Config{DefaultServe: tt.def}, inv: inv}
+			p, err := a.planFor(rs)
+			switch {
+			case tt.err == "" && err != nil:
+				t.Fatalf("planFor: %v", err)
+			case tt.err == "" && len(p.Resources) != 1:
+				t.Fatalf("planFor gave %d resources, want 1", len(p.Resources))
+			case tt.err != "" && err == nil:
+				t.Fatalf("planFor made a plan, want error:\n%s", tt.err)
+			case tt.err != "" && err.Error() != tt.err:
+				t.Fatalf("planFor error:\n got %v\nwant %s", err, tt.err)
+			}
+		})
+	}
+
+	// In the agent: rules reloaded with such a rule are refused and the
+	// last good ones stay.
+	var logs bytes.Buffer
+	a, err := New(Config{
+		NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA,
+		Kube:   kubeclientset.New(kubefake.NewClientset(), nil),
+		Plugin: plugin.Options{KubeletDir: t.TempDir()},
+		CDI:    CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.inv = inv
+	good := planReportRules(t, "- name: h100\n  devices: gpu\n  resource: example.com/h100\n")
+	if !a.takeRules(context.Background(), good) {
+		t.Fatal("good rules refused")
+	}
+	if a.takeRules(context.Background(), planReportRules(t, mpsRule)) {
+		t.Fatal("MPS rules taken with --serve dra")
+	}
+	if a.ruleSet != good {
+		t.Error("the last good rules were replaced")
+	}
+	if got := planReportValue(t, a.metrics.ruleErrors); got != 1 {
+		t.Errorf("featureplug_rule_errors_total = %v, want 1", got)
+	}
+	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 1 {
+		t.Errorf(`featureplug_rule_reloads_total{result="invalid"} = %v, want 1`, got)
+	}
+	if !strings.Contains(logs.String(), `rules rejected; keeping nothing yet`) ||
+		!strings.Contains(logs.String(), `r.yaml: rule \"h100-mps\": resource \"example.com/h100\" is shared with mps`) {
+		t.Errorf("no rule error naming the rule in the log:\n%s", logs.String())
+	}
+}
+
+func TestServeFlagValues(t *testing.T) {
+	for _, tt := range []struct {
+		in   plan.Serve
+		want plan.Serve
+		err  string
+	}{
+		{"", plan.ServeDevicePlugin, ""},
+		{plan.ServeDevicePlugin, plan.ServeDevicePlugin, ""},
+		{plan.ServeDRA, plan.ServeDRA, ""},
+		{"DRA", "", `--serve: "DRA" is not a kubelet API (use device-plugin or dra)`},
+	} {
+		cfg := Config{DefaultServe: tt.in}
+		err := checkDefaultServe(&cfg)
+		switch {
+		case tt.err != "" && (err == nil || err.Error() != tt.err):
+			t.Errorf("%q: error %v, want %s", tt.in, err, tt.err)
+		case tt.err == "" && (err != nil || cfg.DefaultServe != tt.want):
+			t.Errorf("%q: %q, %v; want %q", tt.in, cfg.DefaultServe, err, tt.want)
+		}
+	}
+}
