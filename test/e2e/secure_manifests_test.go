@@ -104,8 +104,9 @@ func TestSecureDefaultsUnprivileged(t *testing.T) {
 // TestSecureOptionsAddExactlyTheirPrivileges renders each optional
 // component (over overlays/nodefeature) and each chart value that needs
 // more than the defaults, and compares the agent's privileges with the
-// default rendering's: each adds exactly, and takes away exactly, what
-// docs/deployment.md's privilege table says.
+// default rendering's (pod privileges and RBAC rights): each adds
+// exactly, and takes away exactly, what docs/deployment.md's privilege
+// table says.
 func TestSecureOptionsAddExactlyTheirPrivileges(t *testing.T) {
 	mps := secureChange{
 		added:   []string{"hostPath:/run/featureplug/mps:rw", "hostPath:/run/featureplug/mps/shm:rw", "env:NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
@@ -113,14 +114,24 @@ func TestSecureOptionsAddExactlyTheirPrivileges(t *testing.T) {
 	}
 	cdi := secureChange{added: []string{"hostPath:/var/run/cdi:rw"}}
 	mig := secureChange{added: []string{"capability:SYS_ADMIN", "allowPrivilegeEscalation", "env:NVIDIA_MIG_MONITOR_DEVICES=all"}}
+	dra := secureChange{added: []string{
+		"hostPath:/var/run/cdi:rw", "hostPath:/var/lib/kubelet/plugins_registry:rw", "hostPath:/var/lib/kubelet/plugins/gpu.featureplug.io:rw",
+		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "get"),
+		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "list"),
+		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "watch"),
+		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "create"),
+		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "update"),
+		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "delete"),
+		"rbac:" + secureRight("resource.k8s.io", "resourceclaims", "", "get"),
+	}}
 	driverRoot := func(path string) secureChange {
 		return secureChange{
 			added:   []string{"privileged", "allowPrivilegeEscalation", "hostPath:" + path + ":ro"},
 			removed: []string{"runtimeClass:nvidia"},
 		}
 	}
-	kustomizeBase := secureProfile(secureDaemonSet(t, secureKustomize(t, "overlays/nodefeature")))
-	helmBase := secureProfile(secureDaemonSet(t, secureHelm(t, "featureplug", nil)))
+	kustomizeBase := secureOptionProfile(t, secureKustomize(t, "overlays/nodefeature"))
+	helmBase := secureOptionProfile(t, secureHelm(t, "featureplug", nil))
 	for _, tc := range []struct {
 		label  string
 		objs   func(t *testing.T) []*unstructured.Unstructured
@@ -132,19 +143,21 @@ func TestSecureOptionsAddExactlyTheirPrivileges(t *testing.T) {
 		{label: "components/mig-monitor", objs: secureComponent("mig-monitor"), change: mig},
 		{label: "components/driver-root", objs: secureComponent("driver-root"), change: driverRoot("/")},
 		{label: "components/driver-container", objs: secureComponent("driver-container"), change: driverRoot("/run/nvidia/driver")},
+		{label: "components/dra", objs: secureComponent("dra"), change: dra},
 		{label: "helm mps.enabled", helm: true, objs: secureHelmWith(map[string]any{"mps": map[string]any{"enabled": true}}), change: mps},
 		{label: "helm deviceListStrategy=cdi-cri", helm: true, objs: secureHelmWith(map[string]any{"deviceListStrategy": []any{"cdi-cri"}}), change: cdi},
 		{label: "helm migMonitorDevices", helm: true, objs: secureHelmWith(map[string]any{"migMonitorDevices": true}), change: mig},
 		{label: "helm driverRoot=/", helm: true, objs: secureHelmWith(map[string]any{"driverRoot": "/"}), change: driverRoot("/")},
 		{label: "helm driverRoot=/run/nvidia/driver", helm: true,
 			objs: secureHelmWith(map[string]any{"driverRoot": "/run/nvidia/driver"}), change: driverRoot("/run/nvidia/driver")},
+		{label: "helm dra.enabled", helm: true, objs: secureHelmWith(map[string]any{"dra": map[string]any{"enabled": true}}), change: dra},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			base := kustomizeBase
 			if tc.helm {
 				base = helmBase
 			}
-			got := secureProfile(secureDaemonSet(t, tc.objs(t)))
+			got := secureOptionProfile(t, tc.objs(t))
 			added, removed := sets.List(got.Difference(base)), sets.List(base.Difference(got))
 			if want := sets.List(sets.New(tc.change.added...)); !slices.Equal(added, want) {
 				t.Errorf("adds %v, want exactly %v", added, want)
@@ -158,6 +171,37 @@ func TestSecureOptionsAddExactlyTheirPrivileges(t *testing.T) {
 
 // secureChange is what an option changes in the agent's privileges.
 type secureChange struct{ added, removed []string }
+
+// secureOptionProfile is what a rendering grants the agent: its pod's
+// privileges (secureProfile) and its RBAC rights, each as
+// "rbac:<verb> <resource>.<group>", from every Role and ClusterRole of
+// the rendering.
+func secureOptionProfile(t *testing.T, objs []*unstructured.Unstructured) sets.Set[string] {
+	t.Helper()
+	p := secureProfile(secureDaemonSet(t, objs))
+	for _, o := range objs {
+		if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
+			continue
+		}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			m, _ := r.(map[string]any)
+			str := func(k string) []string {
+				v, _, _ := unstructured.NestedStringSlice(m, k)
+				return v
+			}
+			for _, g := range str("apiGroups") {
+				for _, res := range str("resources") {
+					resource, sub, _ := strings.Cut(res, "/")
+					for _, v := range str("verbs") {
+						p.Insert("rbac:" + secureRight(g, resource, sub, v))
+					}
+				}
+			}
+		}
+	}
+	return p
+}
 
 // secureProfile lists what a rendering grants the agent's pod: host
 // namespaces, privileged, privilege escalation, added capabilities (and
@@ -238,6 +282,9 @@ func TestSecureHelmLint(t *testing.T) {
 		"overrides": {"nameOverride": "gpu", "fullnameOverride": "gpu-agent", "namespaceOverride": "gpu-system", "createNamespace": true},
 		"options": {"publish": "file", "mps": map[string]any{"enabled": true}, "deviceListStrategy": []any{"cdi-annotations"},
 			"migMonitorDevices": true, "driverRoot": "/run/nvidia/driver", "rules": map[string]any{"builtin": "single"}},
+		"dra": {"dra": map[string]any{"enabled": true, "deviceClasses": []any{map[string]any{
+			"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": map[string]any{"name": "a100.example.com"},
+			"spec": map[string]any{"extendedResourceName": "example.com/a100"}}}}},
 	} {
 		t.Run(label, func(t *testing.T) {
 			l := lint.AllWithKubeVersion(chart, values, "featureplug", kube)

@@ -83,6 +83,22 @@ func TestAgentContract(t *testing.T) {
 			return composed(t, "overlays/nodefeature", "components/mps", "components/cdi")
 		},
 		"helm defaults": func(t *testing.T) []*unstructured.Unstructured { return helm(t, nil) },
+		"kustomize nodefeature + dra": func(t *testing.T) []*unstructured.Unstructured {
+			return composed(t, "overlays/nodefeature", "components/dra")
+		},
+		// Both mount the CDI spec directory: once, in either order.
+		"kustomize nodefeature + cdi + dra": func(t *testing.T) []*unstructured.Unstructured {
+			return composed(t, "overlays/nodefeature", "components/cdi", "components/dra")
+		},
+		"kustomize nodefeature + dra + cdi": func(t *testing.T) []*unstructured.Unstructured {
+			return composed(t, "overlays/nodefeature", "components/dra", "components/cdi")
+		},
+		"helm dra.enabled, serve device-plugin, cdi-cri": func(t *testing.T) []*unstructured.Unstructured {
+			return helm(t, map[string]any{
+				"dra":                map[string]any{"enabled": true, "serve": "device-plugin"},
+				"deviceListStrategy": []any{"cdi-cri"},
+			})
+		},
 		"kustomize nodefeature + driver-container + mig-monitor": func(t *testing.T) []*unstructured.Unstructured {
 			return composed(t, "overlays/nodefeature", "components/driver-container", "components/mig-monitor")
 		},
@@ -292,18 +308,52 @@ func checkPaths(t *testing.T, objs []*unstructured.Unstructured, ds *appsv1.Daem
 	if pod.HostIPC {
 		t.Errorf("hostIPC: MPS shares /dev/shm through <mps-root>/shm instead")
 	}
+	// DRA: the kubelet dials the registration socket and the DRA socket
+	// at the paths the agent names, so both directories are mounted,
+	// writable, at their host paths.
+	_, dra := flagValue(c.Args, "dra-plugin-dir")
+	if dra {
+		for _, flag := range []string{"kubelet-registry-dir", "dra-plugin-dir"} {
+			if dir, ok := flagValue(c.Args, flag); !ok {
+				t.Errorf("DRA without --%s", flag)
+			} else if hp := hostPathAt(flag, dir, false); hp != dir {
+				t.Errorf("--%s=%s is host path %q", flag, dir, hp)
+			}
+		}
+		if serve, ok := flagValue(c.Args, "serve"); !ok || (serve != "dra" && serve != "device-plugin") {
+			t.Errorf("DRA deployed with --serve=%q (present %v), want dra or device-plugin", serve, ok)
+		}
+	} else {
+		if serve, ok := flagValue(c.Args, "serve"); ok && serve == "dra" {
+			t.Errorf("--serve=dra without the DRA plugin directory")
+		}
+		for _, m := range c.VolumeMounts {
+			if strings.HasPrefix(m.MountPath, "/var/lib/kubelet/plugins") {
+				t.Errorf("%s is mounted without DRA", m.MountPath)
+			}
+		}
+	}
 	// CDI: the agent writes the specs into --cdi-spec-dir, a writable
-	// mount of the same host path.
-	if s, _ := flagValue(c.Args, "device-list-strategy"); strings.Contains(s, "cdi-") {
+	// mount of the same host path, for a CDI strategy and for DRA (a
+	// prepared claim names CDI devices).
+	if s, _ := flagValue(c.Args, "device-list-strategy"); strings.Contains(s, "cdi-") || dra {
 		if dir, ok := flagValue(c.Args, "cdi-spec-dir"); !ok {
-			t.Errorf("a CDI strategy without --cdi-spec-dir")
+			t.Errorf("a CDI strategy or DRA without --cdi-spec-dir")
 		} else if hp := hostPathAt("cdi-spec-dir", dir, false); hp != dir {
 			t.Errorf("--cdi-spec-dir=%s is host path %q", dir, hp)
 		}
 	} else if mountAt(c, "/var/run/cdi") != nil {
-		t.Errorf("/var/run/cdi is mounted without a CDI device list strategy")
+		t.Errorf("/var/run/cdi is mounted without a CDI device list strategy or DRA")
 	} else if dir, ok := flagValue(c.Args, "cdi-spec-dir"); ok {
-		t.Errorf("--cdi-spec-dir=%s without a CDI device list strategy", dir)
+		t.Errorf("--cdi-spec-dir=%s without a CDI device list strategy or DRA", dir)
+	}
+	// Each volume once (components that mount the same directory merge).
+	seen := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if seen[v.Name] {
+			t.Errorf("volume %s is there twice", v.Name)
+		}
+		seen[v.Name] = true
 	}
 }
 

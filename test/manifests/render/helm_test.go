@@ -73,6 +73,13 @@ func TestHelmMatchesKustomize(t *testing.T) {
 				return composed(t, "overlays/nodefeature", "components/cdi")
 			},
 		},
+		{
+			name:   "dra.enabled = overlays/nodefeature + components/dra",
+			values: map[string]any{"dra": map[string]any{"enabled": true}},
+			kustomize: func(t *testing.T) []*unstructured.Unstructured {
+				return composed(t, "overlays/nodefeature", "components/dra")
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := tc.kustomize(t)
@@ -123,6 +130,8 @@ func TestHelmValuesReachFlags(t *testing.T) {
 		"logFormat":            "json",
 		"logLevel":             "debug",
 		"extraArgs":            []any{"--some-future-flag=1"},
+		"dra": map[string]any{"enabled": true, "serve": "device-plugin", "registryDir": "/var/lib/k0s/kubelet/plugins_registry",
+			"pluginDir": "/var/lib/k0s/kubelet/plugins/gpu.featureplug.io"},
 	}
 	// Every flag of `featureplug run` and the value it must get.
 	want := map[string]string{
@@ -152,6 +161,9 @@ func TestHelmValuesReachFlags(t *testing.T) {
 		"metrics-addr":          ":9400",
 		"log-format":            "json",
 		"log-level":             "debug",
+		"serve":                 "device-plugin",
+		"kubelet-registry-dir":  "/var/lib/k0s/kubelet/plugins_registry",
+		"dra-plugin-dir":        "/var/lib/k0s/kubelet/plugins/gpu.featureplug.io",
 	}
 	objs := helm(t, values)
 	ds := daemonSet(t, objs)
@@ -262,6 +274,10 @@ func TestHelmRejectsBadValues(t *testing.T) {
 		{map[string]any{"sysfsRoot": "/"}, "sysfsRoot"},
 		{map[string]any{"replicaPolicy": "spread"}, "replicaPolicy"},
 		{map[string]any{"publsh": "file"}, "publsh"},
+		{map[string]any{"dra": map[string]any{"enabled": true, "serve": "DRA"}}, "serve"},
+		{map[string]any{"dra": map[string]any{"pluginDir": "plugins/gpu.featureplug.io"}}, "pluginDir"},
+		{map[string]any{"dra": map[string]any{"deviceClasses": []any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "x"}, "spec": map[string]any{}}}}}, "deviceClasses"},
 	} {
 		_, err := Helm(filepath.Join(manifestsDir(t), "helm", "featureplug"), name, namespace, tc.values)
 		if err == nil || !strings.Contains(err.Error(), tc.wantText) {

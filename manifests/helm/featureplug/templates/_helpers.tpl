@@ -69,6 +69,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Whether a cdi-* device list strategy is chosen. */}}
 {{- define "featureplug.usesCDI" -}}
 {{- range (.Values.deviceListStrategy | default list) }}{{ if hasPrefix "cdi-" . }}true{{ end }}{{ end -}}
+{{- if .Values.dra.enabled }}true{{ end -}}
 {{- end -}}
 
 {{/* Whether the rules come from a mounted ConfigMap (not a builtin). */}}
