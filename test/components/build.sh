@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # build.sh builds the real Kubernetes components the end-to-end tests run
-# (etcd, kube-apiserver, kube-controller-manager, kubelet, nfd-master) at pinned
+# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# nfd-master) at pinned
 # versions into a cache directory outside the clone, skipping binaries that are
 # already there.
 #
@@ -13,7 +14,7 @@
 #   FEATUREPLUG_CACHE       cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/featureplug)
 #   FEATUREPLUG_COMPONENTS  space-separated subset to build
 #                           (default "etcd kube-apiserver nfd-master kubelet
-#                           kube-controller-manager")
+#                           kube-controller-manager kube-scheduler")
 #
 # Each component is built with `go build` from a scratch Go module kept under
 # the cache directory (never in the clone), so the module proxy and the Go
@@ -31,7 +32,7 @@ CACHE_ROOT=${FEATUREPLUG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/featureplug}
 SET_VERSION="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_nfd-${NFD_VERSION}"
 BIN_DIR="${CACHE_ROOT}/bin/${SET_VERSION}"
 SRC_DIR="${CACHE_ROOT}/src/${SET_VERSION}"
-ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet kube-controller-manager"
+ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet kube-controller-manager kube-scheduler"
 COMPONENTS=${FEATUREPLUG_COMPONENTS:-$ALL_COMPONENTS}
 
 # Staging modules replaced in k8s.io/kubernetes's own go.mod. sample-cli-plugin
@@ -175,6 +176,12 @@ build_kube_controller_manager() {
 	build kube-controller-manager "$(kube_module)" k8s.io/kubernetes/cmd/kube-controller-manager "$(kube_ldflags)"
 }
 
+# kube-scheduler places the DRA end-to-end tests' pods (harness.StartScheduler);
+# same module as kube-apiserver, so it shares the compiled Kubernetes packages.
+build_kube_scheduler() {
+	build kube-scheduler "$(kube_module)" k8s.io/kubernetes/cmd/kube-scheduler "$(kube_ldflags)"
+}
+
 build_kubelet() {
 	build kubelet "$(kube_module)" k8s.io/kubernetes/cmd/kubelet "$(kube_ldflags)"
 }
@@ -210,6 +217,7 @@ for c in $COMPONENTS; do
 	kube-apiserver) build_kube_apiserver ;;
 	kubelet) build_kubelet ;;
 	kube-controller-manager) build_kube_controller_manager ;;
+	kube-scheduler) build_kube_scheduler ;;
 	nfd-master) build_nfd_master ;;
 	esac
 	built=$((built + 1))
