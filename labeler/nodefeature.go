@@ -13,14 +13,13 @@ import (
 	"sync"
 	"sync/atomic"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/util/csaupgrade"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 )
 
@@ -89,7 +88,8 @@ type NodeFeatureConfig struct {
 
 // WriteStats counts what a publisher did with each Publish.
 type WriteStats struct {
-	// Creates and Updates are writes to the API server.
+	// Creates and Updates are writes to the API server. Updates include
+	// the patch that removes the managed fields right after a create.
 	Creates, Updates uint64
 	// Unchanged counts publishes that found the content already there.
 	Unchanged uint64
@@ -105,9 +105,13 @@ func (s WriteStats) Writes() uint64 { return s.Creates + s.Updates }
 // uninstalls) or by what NodeFeatureConfig.Owners returns (the agent's Pod
 // and DaemonSet: it also goes when featureplug is uninstalled).
 //
-// Publish writes with server-side apply (field manager FieldManager,
-// forced) only when the content differs
-// from what it last applied or found in place; it never deletes the object.
+// Publish writes only when the content differs from what it last wrote or
+// found in place, and never deletes the object. It creates the object with
+// a server-side apply (field manager FieldManager, forced) and changes it
+// with JSON merge patches of the difference from the object it last saw,
+// conditional on that object's resourceVersion; it keeps the object free
+// of managed fields (see update), which would be 18-42 % of its size
+// (docs/scale.md).
 // Resync (called by the Loop at each resync) checks the object from the
 // API server's cache and repairs it. An existing object that is not
 // featureplug's is an error wrapping ErrNotOurs; an API server without
@@ -119,14 +123,15 @@ type NodeFeaturePublisher struct {
 	ownersFn              func(ctx context.Context) ([]metav1.OwnerReference, error)
 	log                   *slog.Logger
 
-	mu sync.Mutex // serializes Publish; guards owners, applied, lastRV
+	mu sync.Mutex // serializes Publish; guards owners, applied, cur
 	// owners are the owner references applied (the Node, or Config.Owners).
 	owners []metav1.OwnerReference
+	// cur is the object as last read or written: what the next change
+	// is a patch of.
+	cur *nfdv1alpha1.NodeFeature
 	// applied identifies the content last applied or found in place (see
 	// key); "" after a failure, which makes the next Publish read first.
 	applied string
-	// lastRV is the object's resourceVersion after the last apply or read.
-	lastRV string
 	// annotations are the Content's annotations being published.
 	annotations map[string]string
 
@@ -185,22 +190,22 @@ func (p *NodeFeaturePublisher) Stats() WriteStats {
 // featureplug writes.
 const FieldManager = "featureplug"
 
-// Publish makes the NodeFeature hold c with a server-side apply (field
-// manager FieldManager, forced), sending nothing when c is what it last
-// applied. The first publish, and the first after a failure, reads the
-// object first: to refuse one that is not ours, and to write nothing when
-// it already holds c (an agent restart writes nothing).
+// Publish makes the NodeFeature hold c, sending nothing when c is what it
+// last wrote, and otherwise one merge patch of the difference. The first
+// publish, and the first after a failure, reads the object first: to
+// refuse one that is not ours, and to write nothing when it already holds
+// c (an agent restart writes nothing).
 func (p *NodeFeaturePublisher) Publish(ctx context.Context, c Content) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	spec := specOf(c)
 	p.annotations = c.Annotations
-	if p.applied != "" && p.owners != nil {
+	if p.applied != "" && p.owners != nil && p.cur != nil {
 		if p.key(spec) == p.applied {
 			p.unchanged.Add(1)
 			return nil
 		}
-		return p.apply(ctx, spec, false)
+		return p.update(ctx, p.cur, spec)
 	}
 	return p.verify(ctx, spec, metav1.GetOptions{})
 }
@@ -244,7 +249,7 @@ func (p *NodeFeaturePublisher) verify(ctx context.Context, spec *nfdv1alpha1.Nod
 			p.applied = ""
 			return err
 		}
-		return p.apply(ctx, spec, true)
+		return p.create(ctx, spec)
 	default:
 		p.applied = ""
 		return p.apiError("get", err)
@@ -253,58 +258,130 @@ func (p *NodeFeaturePublisher) verify(ctx context.Context, spec *nfdv1alpha1.Nod
 		p.applied = ""
 		return err
 	}
-	owners, err := p.ownerRef(ctx, false)
-	if err != nil {
+	if _, err := p.ownerRef(ctx, false); err != nil {
 		p.applied = ""
 		return err
 	}
-	if err := p.upgradeManagedFields(ctx, cur); err != nil {
-		p.applied = ""
-		return err
-	}
-	p.lastRV = cur.ResourceVersion
+	return p.update(ctx, cur, spec)
+}
+
+// desired returns cur as featureplug wants it: spec, the two labels, the
+// owner references and featureplug's annotations set (others' labels and
+// annotations kept), and no managed fields.
+func (p *NodeFeaturePublisher) desired(cur *nfdv1alpha1.NodeFeature, spec *nfdv1alpha1.NodeFeatureSpec) *nfdv1alpha1.NodeFeature {
 	want := cur.DeepCopy()
 	want.Labels = p.objectLabels(want.Labels)
-	want.OwnerReferences = owners
+	want.OwnerReferences = p.owners
 	want.Spec = *spec
 	want.Annotations = withAnnotations(want.Annotations, p.annotations)
-	if equality.Semantic.DeepEqual(cur, want) {
+	want.ManagedFields = nil
+	return want
+}
+
+// update makes cur, the object as last read or written, hold spec: nothing
+// when it does, else a JSON merge patch of the difference (labels and
+// features that went are set to null; instance lists are replaced whole),
+// conditional on cur's resourceVersion. Someone else's write in between
+// makes the API server answer Conflict: update then reads the object again
+// and patches the difference from it, once.
+//
+// Why a merge patch and not a server-side apply: an apply records every
+// field it sets in metadata.managedFields, every spec.labels key once more
+// (3.4 KB of the dgx-a100's 18.5 KB, docs/scale.md), stored in etcd, in
+// every watch event and in nfd-master's cache. The patch sets
+// metadata.managedFields to [{}], which clears them, and an update of an
+// object without managed fields records none (k8s.io/apimachinery's
+// skipNonAppliedManager), so the object stays without them. The object is
+// featureplug's alone (checkOurs), so no other manager's fields are lost.
+func (p *NodeFeaturePublisher) update(ctx context.Context, cur *nfdv1alpha1.NodeFeature, spec *nfdv1alpha1.NodeFeatureSpec) error {
+	p.applied = ""
+	for attempt := 1; ; attempt++ {
+		want := p.desired(cur, spec)
+		if equality.Semantic.DeepEqual(cur, want) {
+			p.cur = cur
+			p.applied = p.key(spec)
+			p.unchanged.Add(1)
+			p.log.Debug("NodeFeature unchanged")
+			return nil
+		}
+		body, err := mergePatch(cur, want)
+		if err != nil {
+			return fmt.Errorf("update NodeFeature %s/%s: %w", p.namespace, p.name, err)
+		}
+		obj, err := p.nfd(p.namespace).Patch(ctx, p.name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
+		switch {
+		case err == nil:
+		case apierrors.IsConflict(err) && attempt == 1:
+			fresh, gerr := p.nfd(p.namespace).Get(ctx, p.name, metav1.GetOptions{})
+			if gerr != nil {
+				return p.apiError("get", gerr)
+			}
+			if err := p.checkOurs(fresh); err != nil {
+				return err
+			}
+			p.log.Debug("NodeFeature changed since it was read; patching the difference from what is there now")
+			cur = fresh
+			continue
+		case isCRDMissing(err):
+			return p.crdMissing(err)
+		default:
+			return p.apiError("patch", err)
+		}
+		p.cur = obj
 		p.applied = p.key(spec)
-		p.unchanged.Add(1)
-		p.log.Debug("NodeFeature unchanged")
+		if obj.ResourceVersion != "" && obj.ResourceVersion == cur.ResourceVersion {
+			p.unchanged.Add(1)
+			p.log.Debug("NodeFeature unchanged (no-op patch)")
+			return nil
+		}
+		p.updates.Add(1)
+		p.log.Info("updated NodeFeature", "labels", len(spec.Labels))
 		return nil
 	}
-	return p.apply(ctx, spec, false)
 }
 
-// upgradeManagedFields hands the fields an earlier featureplug wrote with
-// create and update (field manager "featureplug", operation Update) to its
-// apply field manager, with client-go's csaupgrade: otherwise a label or
-// feature that an apply no longer carries would stay, still owned by the
-// old manager. It patches once per object, and never when there is nothing
-// to move.
-func (p *NodeFeaturePublisher) upgradeManagedFields(ctx context.Context, cur *nfdv1alpha1.NodeFeature) error {
-	patch, err := csaupgrade.UpgradeManagedFieldsPatch(cur, sets.New(FieldManager), FieldManager)
+// mergePatch returns the JSON merge patch (RFC 7386) that turns cur into
+// want, conditional on cur's resourceVersion, and clearing the managed
+// fields when cur has any.
+func mergePatch(cur, want *nfdv1alpha1.NodeFeature) ([]byte, error) {
+	from, err := json.Marshal(cur)
 	if err != nil {
-		return fmt.Errorf("NodeFeature %s/%s: moving its fields to server-side apply: %w", p.namespace, p.name, err)
+		return nil, fmt.Errorf("encoding the object: %w", err)
 	}
-	if patch == nil {
-		return nil
-	}
-	obj, err := p.nfd(p.namespace).Patch(ctx, p.name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	to, err := json.Marshal(want)
 	if err != nil {
-		return p.apiError("patch managed fields of", err)
+		return nil, fmt.Errorf("encoding the object: %w", err)
 	}
-	p.updates.Add(1)
-	p.log.Info("moved the NodeFeature's fields from update to apply ownership", "fieldManager", FieldManager)
-	cur.ObjectMeta = obj.ObjectMeta
-	return nil
+	diff, err := jsonpatch.CreateMergePatch(from, to)
+	if err != nil {
+		return nil, fmt.Errorf("computing the merge patch: %w", err)
+	}
+	var patch map[string]any
+	if err := json.Unmarshal(diff, &patch); err != nil {
+		return nil, fmt.Errorf("decoding the merge patch: %w", err)
+	}
+	meta, _ := patch["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	if cur.ResourceVersion != "" {
+		meta["resourceVersion"] = cur.ResourceVersion
+	}
+	if len(cur.ManagedFields) > 0 {
+		// [{}] resets them; null or [] would keep the stored ones.
+		meta["managedFields"] = []any{map[string]any{}}
+	}
+	if len(meta) > 0 {
+		patch["metadata"] = meta
+	}
+	return json.Marshal(patch)
 }
 
-// apply writes spec, the two labels and the owner reference with a forced
-// server-side apply. A write is counted only when the object's
-// resourceVersion moved (a no-op apply does not move it).
-func (p *NodeFeaturePublisher) apply(ctx context.Context, spec *nfdv1alpha1.NodeFeatureSpec, create bool) error {
+// create makes the object with a forced server-side apply of spec, the
+// two labels, the owner references and the annotations (the NodeFeatures
+// client has no create), then clears the managed fields the apply
+// recorded: the only time a publish writes twice.
+func (p *NodeFeaturePublisher) create(ctx context.Context, spec *nfdv1alpha1.NodeFeatureSpec) error {
 	p.applied = ""
 	body, err := p.applyBody(spec)
 	if err != nil {
@@ -322,19 +399,29 @@ func (p *NodeFeaturePublisher) apply(ctx context.Context, spec *nfdv1alpha1.Node
 	default:
 		return p.apiError("apply", err)
 	}
+	p.creates.Add(1)
+	p.log.Info("created NodeFeature", "labels", len(spec.Labels))
+	p.cur = obj
 	p.applied = p.key(spec)
-	switch {
-	case create:
-		p.creates.Add(1)
-		p.log.Info("created NodeFeature", "labels", len(spec.Labels))
-	case obj.ResourceVersion != "" && obj.ResourceVersion == p.lastRV:
-		p.unchanged.Add(1)
-		p.log.Debug("NodeFeature unchanged (no-op apply)")
-	default:
-		p.updates.Add(1)
-		p.log.Info("updated NodeFeature", "labels", len(spec.Labels))
+	if len(obj.ManagedFields) == 0 {
+		return nil
 	}
-	p.lastRV = obj.ResourceVersion
+	body, err = json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": obj.ResourceVersion,
+		"managedFields":   []any{map[string]any{}},
+	}})
+	if err != nil {
+		return fmt.Errorf("NodeFeature %s/%s: clearing its managed fields: %w", p.namespace, p.name, err)
+	}
+	stripped, err := p.nfd(p.namespace).Patch(ctx, p.name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
+		// The content is published; the next read (at the latest the
+		// resync) finds the managed fields and clears them.
+		p.log.Debug("could not clear the new NodeFeature's managed fields", "err", err)
+		return nil
+	}
+	p.updates.Add(1)
+	p.cur = stripped
 	return nil
 }
 
@@ -366,7 +453,8 @@ func (p *NodeFeaturePublisher) applyBody(spec *nfdv1alpha1.NodeFeatureSpec) ([]b
 	return body, nil
 }
 
-// key identifies what an apply of spec writes (the owner UID included).
+// key identifies what publishing spec writes (the owner UID and the
+// annotations included).
 func (p *NodeFeaturePublisher) key(spec *nfdv1alpha1.NodeFeatureSpec) string {
 	data, err := json.Marshal(spec) // map keys sorted: deterministic
 	if err != nil {

@@ -23,6 +23,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	nfdfake "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned/fake"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 )
 
 const (
@@ -96,6 +98,60 @@ func serveApply(cs *nfdfake.Clientset) {
 	})
 }
 
+// serveMergePatch makes the fake clientset answer JSON merge patches of
+// NodeFeatures as an API server does where the tracker does not: a
+// resourceVersion in the patch is a precondition (Conflict when the object
+// moved on), managedFields [{}] clears the managed fields, and the
+// resourceVersion moves only when something changed.
+func serveMergePatch(cs *nfdfake.Clientset) {
+	cs.PrependReactor("patch", "nodefeatures", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pa := a.(k8stesting.PatchAction)
+		if pa.GetPatchType() != types.MergePatchType {
+			return false, nil, nil
+		}
+		cur, err := cs.Tracker().Get(nodeFeatureGVR, pa.GetNamespace(), pa.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		old := cur.(*nfdv1alpha1.NodeFeature)
+		var pre struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(pa.GetPatch(), &pre); err != nil {
+			return true, nil, apierrors.NewBadRequest(err.Error())
+		}
+		if rv := pre.Metadata.ResourceVersion; rv != "" && rv != old.ResourceVersion {
+			return true, nil, apierrors.NewConflict(nodeFeatureResource, pa.GetName(), errors.New("the object has been modified"))
+		}
+		from, err := json.Marshal(old)
+		if err != nil {
+			return true, nil, err
+		}
+		to, err := jsonpatch.MergePatch(from, pa.GetPatch())
+		if err != nil {
+			return true, nil, apierrors.NewBadRequest(err.Error())
+		}
+		var want nfdv1alpha1.NodeFeature
+		if err := json.Unmarshal(to, &want); err != nil {
+			return true, nil, apierrors.NewBadRequest(err.Error())
+		}
+		if len(want.ManagedFields) == 1 && equality.Semantic.DeepEqual(want.ManagedFields[0], metav1.ManagedFieldsEntry{}) {
+			want.ManagedFields = nil
+		}
+		if equality.Semantic.DeepEqual(old, &want) {
+			return true, old, nil
+		}
+		rv, _ := strconv.Atoi(old.ResourceVersion)
+		want.ResourceVersion = strconv.Itoa(rv + 1)
+		if err := cs.Tracker().Update(nodeFeatureGVR, &want, pa.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		return true, &want, nil
+	})
+}
+
 func newNFHarness(t *testing.T, objects ...runtime.Object) *nfHarness {
 	t.Helper()
 	h := &nfHarness{
@@ -103,6 +159,7 @@ func newNFHarness(t *testing.T, objects ...runtime.Object) *nfHarness {
 		kube: kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}}),
 	}
 	serveApply(h.nfd)
+	serveMergePatch(h.nfd)
 	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube)})
 	if err != nil {
 		t.Fatal(err)
@@ -232,46 +289,70 @@ func TestNodeFeatureUpdate(t *testing.T) {
 	}
 }
 
-// TestNodeFeatureApplies: a change is one forced server-side apply by the
-// field manager "featureplug", carrying the spec, the two labels and the
-// owner reference, and no read before it.
-func TestNodeFeatureApplies(t *testing.T) {
+// TestNodeFeaturePatchesTheDifference: a change is one JSON merge patch,
+// with no read before it, that carries only what changed (a label that
+// went is set to null) and the resourceVersion of the object it changes.
+func TestNodeFeaturePatchesTheDifference(t *testing.T) {
 	h := newNFHarness(t)
 	ctx := context.Background()
 	if err := h.pub.Publish(ctx, testContent()); err != nil {
 		t.Fatal(err)
 	}
+	rv := h.get(t).ResourceVersion
 	before := len(h.nfd.Actions())
-	inv := a100MixedMIG()
-	if err := h.pub.Publish(ctx, NewContent(inv, mixedPlan(inv), LabelOptions{})); err != nil {
+	c := testContent()
+	c.Labels["nvidia.com/gpu.product"] = "changed"
+	delete(c.Labels, "nvidia.com/gpu.family")
+	if err := h.pub.Publish(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	acts := h.nfd.Actions()[before:]
 	if len(acts) != 1 {
-		t.Fatalf("requests for a change: %v, want one apply", acts)
+		t.Fatalf("requests for a change: %v, want one patch", acts)
 	}
 	pa, ok := acts[0].(k8stesting.PatchActionImpl)
-	if !ok || pa.GetPatchType() != types.ApplyPatchType {
-		t.Fatalf("request %v, want a server-side apply patch", acts[0])
+	if !ok || pa.GetPatchType() != types.MergePatchType {
+		t.Fatalf("request %v, want a JSON merge patch", acts[0])
 	}
-	if o := pa.GetPatchOptions(); o.FieldManager != FieldManager || o.Force == nil || !*o.Force {
-		t.Errorf("apply options %+v, want field manager %q and force", o, FieldManager)
+	want := `{"metadata":{"resourceVersion":"` + rv + `"},"spec":{"labels":{"nvidia.com/gpu.family":null,"nvidia.com/gpu.product":"changed"}}}`
+	if got := string(pa.GetPatch()); got != want {
+		t.Errorf("patch\n%s\nwant\n%s", got, want)
 	}
-	var body nfdv1alpha1.NodeFeature
-	if err := json.Unmarshal(pa.GetPatch(), &body); err != nil {
+	obj := h.get(t)
+	if _, ok := obj.Spec.Labels["nvidia.com/gpu.family"]; ok || obj.Spec.Labels["nvidia.com/gpu.product"] != "changed" {
+		t.Errorf("spec.labels after the patch: %v", obj.Spec.Labels)
+	}
+}
+
+// TestNodeFeatureConflictRereads: when the object changed behind the
+// publisher's back, its patch meets a Conflict; it reads the object again
+// and patches the difference from what is there, so the other writer's
+// edit does not survive.
+func TestNodeFeatureConflictRereads(t *testing.T) {
+	h := newNFHarness(t)
+	ctx := context.Background()
+	if err := h.pub.Publish(ctx, testContent()); err != nil {
 		t.Fatal(err)
 	}
-	if body.APIVersion != "nfd.k8s-sigs.io/v1alpha1" || body.Kind != "NodeFeature" || body.Name != h.pub.Name() || body.Namespace != testNamespace {
-		t.Errorf("apply body names %s %s %s/%s", body.APIVersion, body.Kind, body.Namespace, body.Name)
+	edited := h.get(t)
+	edited.Spec.Labels["example.com/edited"] = "yes"
+	edited.ResourceVersion = "100"
+	if err := h.nfd.Tracker().Update(nodeFeatureGVR, edited, testNamespace); err != nil {
+		t.Fatal(err)
 	}
-	if body.Labels[NodeNameLabel] != testNode || body.Labels[ManagedByLabel] != ManagedByValue {
-		t.Errorf("apply body labels %v", body.Labels)
+	inv := a100MixedMIG()
+	if err := h.pub.Publish(ctx, NewContent(inv, mixedPlan(inv), LabelOptions{})); err != nil {
+		t.Fatal(err)
 	}
-	if len(body.OwnerReferences) != 1 || body.OwnerReferences[0].UID != testNodeUID {
-		t.Errorf("apply body owner references %+v, want the Node's", body.OwnerReferences)
+	obj := h.get(t)
+	if _, ok := obj.Spec.Labels["example.com/edited"]; ok {
+		t.Errorf("the other writer's label survived: %v", obj.Spec.Labels)
 	}
-	if body.Spec.Labels["nvidia.com/mig.strategy"] != "mixed" {
-		t.Errorf("apply body spec labels %v, want the new content", body.Spec.Labels)
+	if got := obj.Spec.Labels["nvidia.com/mig.strategy"]; got != "mixed" {
+		t.Errorf("mig.strategy=%q, want mixed", got)
+	}
+	if got := h.count("patch"); got != 3 {
+		t.Errorf("%d patches, want 3 (the create, the conflicting patch, the one after the read)", got)
 	}
 }
 
@@ -569,6 +650,7 @@ func TestNewNodeFeaturePublisherErrors(t *testing.T) {
 func BenchmarkNodeFeaturePublishUnchanged(b *testing.B) {
 	nfd := newNFDFake()
 	serveApply(nfd)
+	serveMergePatch(nfd)
 	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}})
 	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(nfd), Kube: nodesOf(kube)})
 	if err != nil {
@@ -588,37 +670,74 @@ func BenchmarkNodeFeaturePublishUnchanged(b *testing.B) {
 	}
 }
 
-// TestNodeFeatureUpgradesManagedFields: an object an earlier featureplug
-// wrote with create and update (manager "featureplug", operation Update)
-// has its fields moved to the apply manager once, so that an apply that no
-// longer carries a label removes it.
-func TestNodeFeatureUpgradesManagedFields(t *testing.T) {
-	old := &nfdv1alpha1.NodeFeature{ObjectMeta: metav1.ObjectMeta{
-		Name: NodeFeatureName(testNode), Namespace: testNamespace, ResourceVersion: "7",
-		Labels:          map[string]string{NodeNameLabel: testNode, ManagedByLabel: ManagedByValue},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: testNode, UID: testNodeUID}},
-		ManagedFields: []metav1.ManagedFieldsEntry{{
-			Manager: FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "nfd.k8s-sigs.io/v1alpha1",
-			FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:labels":{"f:stale":{}}}}`),
-		}},
-	}}
-	h := newNFHarness(t, old)
-	if err := h.pub.Publish(context.Background(), testContent()); err != nil {
-		t.Fatal(err)
+// TestNodeFeatureClearsManagedFields: the managed fields an apply
+// records (at a create, or written by an earlier featureplug) are cleared
+// with managedFields [{}], right after the create and at the first read
+// of an existing object, and the content still gets published.
+func TestNodeFeatureClearsManagedFields(t *testing.T) {
+	entry := metav1.ManagedFieldsEntry{
+		Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "nfd.k8s-sigs.io/v1alpha1",
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:labels":{"f:stale":{}}}}`),
 	}
-	var patched bool
-	for _, a := range h.nfd.Actions() {
-		if pa, ok := a.(k8stesting.PatchActionImpl); ok && pa.GetPatchType() == types.JSONPatchType {
-			patched = true
+	check := func(t *testing.T, h *nfHarness) {
+		t.Helper()
+		var cleared bool
+		for _, a := range h.nfd.Actions() {
+			if pa, ok := a.(k8stesting.PatchActionImpl); ok && pa.GetPatchType() == types.MergePatchType &&
+				strings.Contains(string(pa.GetPatch()), `"managedFields":[{}]`) {
+				cleared = true
+			}
+		}
+		if !cleared {
+			t.Error("no merge patch cleared the managed fields")
+		}
+		obj := h.get(t)
+		if len(obj.ManagedFields) != 0 {
+			t.Errorf("managed fields %+v, want none", obj.ManagedFields)
+		}
+		if obj.Spec.Labels["nvidia.com/gpu.product"] != "NVIDIA-H100-80GB-HBM3" {
+			t.Errorf("spec.labels = %v, want the content", obj.Spec.Labels)
 		}
 	}
-	if !patched {
-		t.Fatal("no JSON patch moved the managed fields")
-	}
-	mf := h.get(t).ManagedFields
-	if len(mf) != 1 || mf[0].Manager != FieldManager || mf[0].Operation != metav1.ManagedFieldsOperationApply {
-		t.Errorf("managed fields %+v, want one Apply entry of %q", mf, FieldManager)
-	}
+	t.Run("create", func(t *testing.T) {
+		h := newNFHarness(t)
+		// As an API server does, the apply that creates records its fields.
+		h.nfd.PrependReactor("patch", "nodefeatures", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			pa := a.(k8stesting.PatchAction)
+			if pa.GetPatchType() != types.ApplyPatchType {
+				return false, nil, nil
+			}
+			var in nfdv1alpha1.NodeFeature
+			if err := json.Unmarshal(pa.GetPatch(), &in); err != nil {
+				return true, nil, apierrors.NewBadRequest(err.Error())
+			}
+			in.ResourceVersion, in.ManagedFields = "1", []metav1.ManagedFieldsEntry{entry}
+			return true, &in, h.nfd.Tracker().Create(nodeFeatureGVR, &in, pa.GetNamespace())
+		})
+		if err := h.pub.Publish(context.Background(), testContent()); err != nil {
+			t.Fatal(err)
+		}
+		check(t, h)
+		if s := h.pub.Stats(); s != (WriteStats{Creates: 1, Updates: 1}) {
+			t.Errorf("stats %+v, want the create and the patch that clears its managed fields", s)
+		}
+	})
+	t.Run("existing", func(t *testing.T) {
+		old := &nfdv1alpha1.NodeFeature{ObjectMeta: metav1.ObjectMeta{
+			Name: NodeFeatureName(testNode), Namespace: testNamespace, ResourceVersion: "7",
+			Labels:          map[string]string{NodeNameLabel: testNode, ManagedByLabel: ManagedByValue},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: testNode, UID: testNodeUID}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{entry},
+		}}
+		h := newNFHarness(t, old)
+		if err := h.pub.Publish(context.Background(), testContent()); err != nil {
+			t.Fatal(err)
+		}
+		check(t, h)
+		if got := h.count("patch"); got != 1 {
+			t.Errorf("%d patches, want 1 (content and managed fields together)", got)
+		}
+	})
 }
 
 // TestNodeFeatureOwners: with Config.Owners (run --owner pod or

@@ -31,8 +31,9 @@ type NFDMaster struct {
 // StartNFDMaster starts nfd-master against api, with node registered the way
 // a kubelet registers it (see APIServer.CreateNode) and the NFDNamespace
 // created. It returns once nfd-master serves its health endpoint; the process
-// is stopped when the test ends.
-func StartNFDMaster(t testing.TB, api *APIServer, node string) *NFDMaster {
+// is stopped when the test ends. extraArgs are added to nfd-master's command
+// line, e.g. "-nfd-api-parallelism=50" (see docs/scale.md).
+func StartNFDMaster(t testing.TB, api *APIServer, node string, extraArgs ...string) *NFDMaster {
 	t.Helper()
 	bins := RequireBinaries(t, NFDMasterBinary)
 	ctx, cancel := context.WithTimeout(context.Background(), nfdMasterReadyTimeout)
@@ -55,11 +56,11 @@ func StartNFDMaster(t testing.TB, api *APIServer, node string) *NFDMaster {
 	p := StartProcess(t, ProcessSpec{
 		Name: "nfd-master",
 		Path: bins.Path(NFDMasterBinary),
-		Args: []string{
+		Args: append([]string{
 			"-kubeconfig=" + api.KubeconfigPath,
 			"-config=" + conf,
 			"-port=" + strconv.Itoa(port),
-		},
+		}, extraArgs...),
 		Env: []string{"NODE_NAME=" + node, "KUBERNETES_NAMESPACE=" + NFDNamespace},
 		Dir: dir,
 	})

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/featureplug/featureplug/test/harness"
 )
@@ -82,6 +83,12 @@ type scaleAPIMetrics struct {
 	// requests is apiserver_request_total summed by "VERB resource"
 	// (resource/subresource when there is one).
 	requests map[string]float64
+	// failed is apiserver_request_total of answers other than 2xx, by
+	// "VERB resource code".
+	failed map[string]float64
+	// latencySum and latencyCount are apiserver_request_duration_seconds'
+	// sum and count, keyed as requests.
+	latencySum, latencyCount map[string]float64
 	// rss and cpu are the API server process's resident memory (bytes)
 	// and CPU time (seconds).
 	rss, cpu float64
@@ -97,7 +104,8 @@ func scaleReadAPIMetrics(ctx context.Context, api *harness.APIServer) (scaleAPIM
 	if err != nil {
 		return scaleAPIMetrics{}, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
-	m := scaleAPIMetrics{requests: map[string]float64{}, objects: map[string]float64{}}
+	m := scaleAPIMetrics{requests: map[string]float64{}, objects: map[string]float64{},
+		latencySum: map[string]float64{}, latencyCount: map[string]float64{}, failed: map[string]float64{}}
 	for _, s := range scaleParseMetrics(string(raw)) {
 		switch s.name {
 		case "apiserver_request_total":
@@ -109,6 +117,22 @@ func scaleReadAPIMetrics(ctx context.Context, api *harness.APIServer) (scaleAPIM
 				res += "/" + sub
 			}
 			m.requests[s.labels["verb"]+" "+res] += s.value
+			if code := s.labels["code"]; !strings.HasPrefix(code, "2") {
+				m.failed[s.labels["verb"]+" "+res+" "+code] += s.value
+			}
+		case "apiserver_request_duration_seconds_sum", "apiserver_request_duration_seconds_count":
+			res := s.labels["resource"]
+			if res == "" {
+				continue
+			}
+			if sub := s.labels["subresource"]; sub != "" {
+				res += "/" + sub
+			}
+			into := m.latencySum
+			if strings.HasSuffix(s.name, "_count") {
+				into = m.latencyCount
+			}
+			into[s.labels["verb"]+" "+res] += s.value
 		case "process_resident_memory_bytes":
 			m.rss = s.value
 		case "process_cpu_seconds_total":
@@ -120,6 +144,17 @@ func scaleReadAPIMetrics(ctx context.Context, api *harness.APIServer) (scaleAPIM
 		}
 	}
 	return m, nil
+}
+
+// scaleMeanLatency returns the mean API server latency of the requests
+// key ("VERB resource") made between before and after, "-" for none.
+func scaleMeanLatency(before, after scaleAPIMetrics, key string) string {
+	n := after.latencyCount[key] - before.latencyCount[key]
+	if n <= 0 {
+		return "-"
+	}
+	mean := time.Duration((after.latencySum[key] - before.latencySum[key]) / n * float64(time.Second))
+	return mean.Round(100 * time.Microsecond).String()
 }
 
 // scaleTotal sums all request counters.

@@ -10,6 +10,8 @@
 // node gets labelled and re-labelled after a rules change. `make scale`
 // runs it at 1,000 nodes with SCALE_FULL=1, which adds the API-server
 // restart and a longer steady window, and prints the table.
+// TestNodeFeatureSize holds every bundled machine's NodeFeature, as
+// stored, to a recorded budget (size_test.go).
 package scale
 
 import (
@@ -44,7 +46,18 @@ const (
 	scaleFullEnv   = "SCALE_FULL"   // "1": the benchmark run (restart, longer window)
 	scaleSteadyEnv = "SCALE_STEADY" // minimum steady-state window (default 20s, 120s full)
 	scaleOutEnv    = "SCALE_OUT"    // file to write the table to (markdown)
+	// scaleNFDParallelismEnv sets nfd-master's -nfd-api-parallelism
+	// (default scaleNFDParallelism; "10" is nfd-master's own default).
+	scaleNFDParallelismEnv = "SCALE_NFD_PARALLELISM"
 )
+
+// scaleNFDParallelism is the -nfd-api-parallelism nfd-master runs with:
+// the setting docs/scale.md recommends for large clusters. Each of
+// nfd-master's node updaters has its own API client at client-go's default
+// 5 requests/s and spends two requests (GET and PATCH of the Node) per
+// node, so nfd-master relabels at most 2.5 nodes/s per updater: 25 nodes/s
+// with its default of 10, 125 with 50.
+const scaleNFDParallelism = 50
 
 // scaleNamespace holds the agents' NodeFeatures.
 const scaleNamespace = "featureplug"
@@ -125,7 +138,15 @@ func TestScale(t *testing.T) {
 	r.fig("nodes (agents)", strconv.Itoa(n))
 	r.fig("machine", fmt.Sprintf("%d CPUs, load average at start %s", runtime.NumCPU(), scaleLoadAvg()))
 	r.api = harness.StartAPIServer(t)
-	r.master = harness.StartNFDMaster(t, r.api, scaleMaster)
+	parallelism := scaleNFDParallelism
+	if v := os.Getenv(scaleNFDParallelismEnv); v != "" {
+		var err error
+		if parallelism, err = strconv.Atoi(v); err != nil || parallelism < 1 {
+			t.Fatalf("$%s=%q: want a positive number", scaleNFDParallelismEnv, v)
+		}
+	}
+	r.fig("nfd-master -nfd-api-parallelism", strconv.Itoa(parallelism))
+	r.master = harness.StartNFDMaster(t, r.api, scaleMaster, "-nfd-api-parallelism="+strconv.Itoa(parallelism))
 	if err := r.api.CreateNamespace(ctx, scaleNamespace); err != nil {
 		t.Fatal(err)
 	}
@@ -269,6 +290,7 @@ func (r *scaleRun) waitQuiet() {
 // agent planned the new resource and every Node carries its label.
 func (r *scaleRun) rulesChange() {
 	before := r.apiMetrics()
+	d0, n0 := scaleReadProc(r.t, r.driver.Pid()), scaleReadProc(r.t, r.master.Pid())
 	start := time.Now()
 	r.writeRules("nvidia.com/scale-b")
 	planned := r.waitAgents("every agent planned nvidia.com/scale-b", func(a scaleAgent) bool {
@@ -279,9 +301,39 @@ func (r *scaleRun) rulesChange() {
 		_, a := n.Labels[scaleCountLabel("nvidia.com/scale-a")]
 		return b && !a
 	})
+	var written time.Time
+	for _, a := range r.agents() {
+		if a.WrittenAt.After(written) {
+			written = a.WrittenAt
+		}
+	}
 	r.fig("rules file edit -> all agents replanned (file check every 2s)", scaleDur(planned.Sub(start)))
+	r.fig("rules file edit -> last agent wrote its NodeFeature", scaleDur(written.Sub(start)))
 	r.fig("rules file edit -> all Nodes relabelled", scaleDur(labelled.Sub(start)))
-	r.fig("requests of the rules change, per node", scaleRequests(scaleDelta(before.requests, r.apiMetrics().requests), float64(r.n)))
+	after := r.apiMetrics()
+	d1, n1 := scaleReadProc(r.t, r.driver.Pid()), scaleReadProc(r.t, r.master.Pid())
+	r.fig("requests of the rules change, per node", scaleRequests(scaleDelta(before.requests, after.requests), float64(r.n)))
+	r.fig("rules change: answers other than 2xx", scaleRequests(scaleDelta(before.failed, after.failed), 1))
+	r.fig("rules change: CPU of the agents / kube-apiserver / nfd-master", fmt.Sprintf("%.1f / %.1f / %.1f CPU-s",
+		d1.cpu-d0.cpu, after.cpu-before.cpu, n1.cpu-n0.cpu))
+	r.fig("rules change: mean API latency of PATCH nodefeatures / GET nodes / PATCH nodes", fmt.Sprintf("%s / %s / %s",
+		scaleMeanLatency(before, after, "PATCH nodefeatures"), scaleMeanLatency(before, after, "GET nodes"), scaleMeanLatency(before, after, "PATCH nodes")))
+	// The change was a merge patch: it must not have brought managed
+	// fields back (labeler's NodeFeaturePublisher keeps them cleared).
+	for _, item := range r.storedNodeFeatures() {
+		var obj struct {
+			Metadata struct {
+				Name          string            `json:"name"`
+				ManagedFields []json.RawMessage `json:"managedFields"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(item, &obj); err != nil {
+			r.t.Fatalf("decoding a NodeFeature: %v", err)
+		}
+		if len(obj.Metadata.ManagedFields) > 0 {
+			r.t.Errorf("NodeFeature %s has managed fields after the rules change, want none", obj.Metadata.Name)
+		}
+	}
 }
 
 // nodeFeatureRule adds a NodeFeatureRule that matches every GPU node and
@@ -306,7 +358,8 @@ func (r *scaleRun) nodeFeatureRule() {
 	done := r.waitNodes("every Node labelled by the NodeFeatureRule", func(n *corev1.Node) bool {
 		return n.Labels[scaleNFRLabel] == "true"
 	})
-	r.fig("NodeFeatureRule added -> all Nodes labelled", scaleDur(done.Sub(start)))
+	took := done.Sub(start)
+	r.fig("NodeFeatureRule added -> all Nodes labelled", fmt.Sprintf("%s (%.0f nodes/s)", scaleDur(took), float64(r.n)/took.Seconds()))
 }
 
 // apiServerRestart stops the API server, changes the rules while it is
@@ -400,16 +453,7 @@ func (r *scaleRun) apiServerRestart() {
 // holds for a custom resource, managed fields included), per fake machine.
 func (r *scaleRun) nodeFeatureSizes() {
 	t := r.t
-	raw, err := r.api.NFD.NfdV1alpha1().RESTClient().Get().Namespace(scaleNamespace).Resource("nodefeatures").DoRaw(r.ctx)
-	if err != nil {
-		t.Fatalf("listing NodeFeatures: %v", err)
-	}
-	var list struct {
-		Items []json.RawMessage `json:"items"`
-	}
-	if err := json.Unmarshal(raw, &list); err != nil {
-		t.Fatalf("decoding NodeFeatures: %v", err)
-	}
+	items := r.storedNodeFeatures()
 	fakes := map[string]string{}
 	for _, a := range r.agents() {
 		fakes[a.Node] = a.Fake
@@ -417,7 +461,7 @@ func (r *scaleRun) nodeFeatureSizes() {
 	type size struct{ total, spec, managed int }
 	by := map[string]size{}
 	var total int
-	for _, item := range list.Items {
+	for _, item := range items {
 		var obj struct {
 			Metadata struct {
 				Labels        map[string]string `json:"labels"`
@@ -444,7 +488,7 @@ func (r *scaleRun) nodeFeatureSizes() {
 		parts = append(parts, fmt.Sprintf("%s %s (spec %s, managedFields %s)", fake, scaleBytes(float64(s.total)), scaleBytes(float64(s.spec)), scaleBytes(float64(s.managed))))
 	}
 	r.fig("NodeFeature size as stored, per machine", strings.Join(parts, "; "))
-	r.fig("NodeFeatures, total", fmt.Sprintf("%d objects, %s", len(list.Items), scaleBytes(float64(total))))
+	r.fig("NodeFeatures, total", fmt.Sprintf("%d objects, %s", len(items), scaleBytes(float64(total))))
 }
 
 // scaleAgent is one agent's entry in the driver's /status.
@@ -453,6 +497,7 @@ type scaleAgent struct {
 	Fake        string             `json:"fake"`
 	Resources   []string           `json:"resources"`
 	Writes      int                `json:"writes"`
+	WrittenAt   time.Time          `json:"writtenAt"`
 	Failing     bool               `json:"failing"`
 	RecoveredAt time.Time          `json:"recoveredAt"`
 	Discoveries float64            `json:"discoveries"`
