@@ -23,7 +23,7 @@
 //	    mps:                       # only with strategy mps; 0 or absent: default
 //	      pinnedMemoryLimitMiB: 0      # 0..16777216 MiB per replica; 0: GPU memory / replicas
 //	      activeThreadPercentage: 0    # 0..100 per replica; 0: 100 / replicas
-//	  serve: device-plugin         # optional: device-plugin or dra (not with mps); absent: the agent's --serve
+//	  serve: device-plugin         # optional: device-plugin or dra; absent: the agent's --serve
 //
 // # Evaluation
 //
@@ -63,7 +63,7 @@
 // (see plan.ValidateResourceName), malformed NFD expressions, expressions that
 // cannot compare what featureplug publishes (Gt on a product name), bad
 // sharing settings, one resource given two sharing settings or two serves
-// on the same nodes, and serve: dra with MPS sharing (serve.go). Matching on
+// on the same nodes (serve.go), and an unknown serve. Matching on
 // a feature or attribute featureplug never publishes is a warning. Plan
 // reports names a template makes invalid for a device, any device that
 // would be advertised twice, and one resource given two serves on a node.

@@ -21,13 +21,7 @@ import (
 // serveValues are the values serve takes, in the order messages list them.
 var serveValues = []plan.Serve{plan.ServeDevicePlugin, plan.ServeDRA}
 
-// whyNoMPSOverDRA says why MPS-shared resources cannot be served through
-// DRA; the errors of serve: dra with MPS, here and in the agent, give it.
-const whyNoMPSOverDRA = "MPS is not offered through DRA: Kubernetes 1.37 shares a DRA device between claims " +
-	"only as consumable capacity (which is how time-slicing is served), and nothing beta or GA there carries " +
-	"an MPS control daemon and its per-client limits"
-
-// compileServe validates a rule's serve against its (compiled) sharing.
+// compileServe validates a rule's serve.
 func (c *checker) compileServe(r *rule, s plan.Serve) {
 	r.serve = s
 	switch s {
@@ -36,11 +30,11 @@ func (c *checker) compileServe(r *rule, s plan.Serve) {
 	case plan.ServeDevicePlugin:
 		return
 	case plan.ServeDRA:
-		if r.sharing.Strategy == plan.SharingMPS {
-			c.ruleError(r, path{"serve"}, strconv.Quote(string(s)),
-				fmt.Sprintf("a resource shared with mps cannot be served through DRA: %s; "+
-					"serve it with serve: device-plugin, or share it with time-slicing", whyNoMPSOverDRA))
-		}
+		// Every sharing strategy is served through DRA: time-slicing and
+		// MPS as consumable capacity, the agent running MPS's control
+		// daemon and its device's CDI spec entry carrying the client
+		// settings.
+		return
 	default:
 		c.ruleError(r, path{"serve"}, strconv.Quote(string(s)),
 			fmt.Sprintf("must be %s, or absent to leave it to the agent's --serve", serveList()))

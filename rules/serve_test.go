@@ -60,10 +60,13 @@ func TestServeLoad(t *testing.T) {
 			name: "dra with mps",
 			rules: "- name: h100-mps\n  devices: gpu\n  resource: example.com/h100\n  serve: dra\n" +
 				"  sharing: {strategy: mps, replicas: 2}\n",
-			err: `r.yaml:7: rules[0] "h100-mps": serve: a resource shared with mps cannot be served through DRA: ` +
-				`MPS is not offered through DRA: Kubernetes 1.37 shares a DRA device between claims only as consumable capacity ` +
-				`(which is how time-slicing is served), and nothing beta or GA there carries an MPS control daemon and its ` +
-				`per-client limits; serve it with serve: device-plugin, or share it with time-slicing (have "dra")`,
+			serve: []plan.Serve{plan.ServeDRA},
+		},
+		{
+			name: "dra with mps and client limits",
+			rules: "- name: h100-mps\n  devices: gpu\n  resource: example.com/h100\n  serve: dra\n" +
+				"  sharing: {strategy: mps, replicas: 4, mps: {activeThreadPercentage: 25, pinnedMemoryLimitMiB: 10240}}\n",
+			serve: []plan.Serve{plan.ServeDRA},
 		},
 		{
 			name: "one name, two explicit serves, every node",

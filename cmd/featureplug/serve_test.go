@@ -8,8 +8,8 @@ import (
 )
 
 // TestRulesCheckReportsServe: `rules check` accepts rules that choose the
-// kubelet API with serve, says which do, and refuses serve: dra with MPS
-// naming the rule, field and value.
+// kubelet API with serve, says which do, accepts serve: dra with MPS, and
+// refuses an unknown serve naming the rule, field and value.
 func TestRulesCheckReportsServe(t *testing.T) {
 	const header = "apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"
 	dir := t.TempDir()
@@ -31,7 +31,11 @@ func TestRulesCheckReportsServe(t *testing.T) {
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(bad, []byte(header+"- name: h100-mps\n  devices: gpu\n  resource: example.com/h100\n  serve: dra\n"+
+	if err := os.WriteFile(bad, []byte(header+"- name: h100\n  devices: gpu\n  resource: example.com/h100\n  serve: DRA\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mps := filepath.Join(dir, "mps.yaml")
+	if err := os.WriteFile(mps, []byte(header+"- name: h100-mps\n  devices: gpu\n  resource: example.com/h100\n  serve: dra\n"+
 		"  sharing: {strategy: mps, replicas: 2}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -47,11 +51,19 @@ func TestRulesCheckReportsServe(t *testing.T) {
 		t.Errorf("stderr (warnings) %q, want none: the node selectors are exclusive", errOut)
 	}
 
+	out, errOut, err = runRules(t, "check", mps)
+	if err != nil {
+		t.Errorf("check of serve: dra with mps: %v\n%s", err, errOut)
+	}
+	if w := "serve: dra: h100-mps"; !strings.Contains(out, w) {
+		t.Errorf("check of serve: dra with mps: stdout lacks %q:\n%s", w, out)
+	}
+
 	_, errOut, err = runRules(t, "check", bad)
 	if exitCode(err) != 1 {
-		t.Errorf("check of serve: dra with mps: exit code %d (%v), want 1", exitCode(err), err)
+		t.Errorf("check of serve: DRA: exit code %d (%v), want 1", exitCode(err), err)
 	}
-	if w := bad + `:7: rules[0] "h100-mps": serve: a resource shared with mps cannot be served through DRA`; !strings.Contains(errOut, w) {
+	if w := bad + `:7: rules[0] "h100": serve: must be "device-plugin" or "dra"`; !strings.Contains(errOut, w) {
 		t.Errorf("stderr lacks %q:\n%s", w, errOut)
 	}
 }

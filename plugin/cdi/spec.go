@@ -15,6 +15,7 @@ package cdi
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -61,6 +62,13 @@ type Options struct {
 	// ByIndex names devices by their index ("0", "1:2") instead of their
 	// UUID, as the device plugins' --device-id-strategy index does.
 	ByIndex bool
+	// DeviceEdits, when set, gives the edits a device's entry carries on
+	// top of its Generator's (environment variables and bind mounts; none
+	// when empty). The agent gives a DRA device of an MPS resource the MPS
+	// client settings there: the kubelet gets only CDI device IDs from a
+	// DRA driver, so the device's own entry is where they can be, and a
+	// device belongs to exactly one resource.
+	DeviceEdits func(r *plan.Resource, d plan.Device) plan.ContainerEdits
 }
 
 // FileName returns the name of the spec file featureplug writes for kind
@@ -82,7 +90,7 @@ func (o Options) DeviceName(d plan.Device) string {
 // Build makes the spec of every device p advertises (whole GPUs and MIG
 // devices; the replicas of a shared device are that device), named as o
 // says and annotated with their resource and rule, with the edits gen
-// finds in inv. Devices are sorted by name, so the same plan and inventory
+// finds in inv and those o.DeviceEdits adds. Devices are sorted by name, so the same plan and inventory
 // give the same spec. It returns nil, nil when p advertises no device: a
 // CDI spec must hold at least one. The spec is validated as the CDI
 // library validates what it loads.
@@ -99,12 +107,13 @@ func Build(o Options, gen Generator, inv *discovery.Inventory, p *plan.Plan) (*s
 	}
 	type entry struct {
 		dev      plan.Device
-		resource string
+		resource *plan.Resource
 	}
 	var entries []entry
-	for _, r := range p.Resources {
+	for i := range p.Resources {
+		r := &p.Resources[i]
 		for _, d := range r.Devices {
-			entries = append(entries, entry{dev: d, resource: r.Name})
+			entries = append(entries, entry{dev: d, resource: r})
 		}
 	}
 	if len(entries) == 0 {
@@ -130,9 +139,12 @@ func Build(o Options, gen Generator, inv *discovery.Inventory, p *plan.Plan) (*s
 		if !ok {
 			return nil, fmt.Errorf("CDI device %s=%s (%s): no container edits found", o.Kind, name, e.dev.ID)
 		}
+		if o.DeviceEdits != nil {
+			de = addEdits(de, o.DeviceEdits(e.resource, e.dev))
+		}
 		spec.Devices = append(spec.Devices, specs.Device{
 			Name:           name,
-			Annotations:    map[string]string{AnnotationResource: e.resource, AnnotationRule: e.dev.Rule},
+			Annotations:    map[string]string{AnnotationResource: e.resource.Name, AnnotationRule: e.dev.Rule},
 			ContainerEdits: de,
 		})
 	}
@@ -141,4 +153,28 @@ func Build(o Options, gen Generator, inv *discovery.Inventory, p *plan.Plan) (*s
 		return nil, fmt.Errorf("CDI spec %s: %w", o.Kind, err)
 	}
 	return spec, nil
+}
+
+// addEdits returns de with e's environment (sorted by name) and bind
+// mounts added, leaving de's slices, which the Generator may share,
+// untouched.
+func addEdits(de specs.ContainerEdits, e plan.ContainerEdits) specs.ContainerEdits {
+	if len(e.Env) == 0 && len(e.Mounts) == 0 {
+		return de
+	}
+	env := slices.Clone(de.Env)
+	for _, k := range slices.Sorted(maps.Keys(e.Env)) {
+		env = append(env, k+"="+e.Env[k])
+	}
+	de.Env = env
+	mounts := slices.Clone(de.Mounts)
+	for _, m := range e.Mounts {
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		mounts = append(mounts, &specs.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: []string{"rbind", mode}})
+	}
+	de.Mounts = mounts
+	return de
 }

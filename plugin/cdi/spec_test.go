@@ -194,3 +194,80 @@ func TestFileName(t *testing.T) {
 		t.Errorf("FileName = %q, want %q", got, want)
 	}
 }
+
+// TestBuildDeviceEdits: the edits Options.DeviceEdits gives a device go
+// into that device's entry only, on top of its device nodes, and the CDI
+// cache resolves the device's name to all of them; the common edits and
+// the other resource's devices are untouched.
+func TestBuildDeviceEdits(t *testing.T) {
+	n, inv := fakeInventory(t, "a100-80gb-mixed")
+	root := t.TempDir()
+	if err := n.WriteDriverRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	p := planAll(inv)
+	if len(p.Resources) != 2 {
+		t.Fatalf("plan has %d resources, want whole GPUs and MIG devices", len(p.Resources))
+	}
+	var asked []string
+	o := Options{Kind: "nvidia.com/gpu", DeviceEdits: func(r *plan.Resource, d plan.Device) plan.ContainerEdits {
+		asked = append(asked, d.ID)
+		if r.Name != "example.com/gpu" {
+			return plan.ContainerEdits{}
+		}
+		return plan.ContainerEdits{
+			Env: map[string]string{"B_VAR": "2", "A_VAR": d.ID},
+			Mounts: []plan.Mount{
+				{ContainerPath: "/run/pipe", HostPath: "/host/pipe"},
+				{ContainerPath: "/dev/shm", HostPath: "/host/shm", ReadOnly: true},
+			},
+		}
+	}}
+	spec, err := Build(o, Root{Dir: root}, inv, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := Build(Options{Kind: o.Kind}, Root{Dir: root}, inv, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := (Writer{Dir: dir}).Write(o.Kind, spec); err != nil {
+		t.Fatal(err)
+	}
+	cache := loadCache(t, dir)
+	if got, want := len(asked), len(p.Resources[0].Devices)+len(p.Resources[1].Devices); got != want {
+		t.Errorf("DeviceEdits asked about %d devices, want %d", got, want)
+	}
+	for _, r := range p.Resources {
+		for _, d := range r.Devices {
+			name := o.Kind + "=" + o.DeviceName(d)
+			if got, want := resolve(t, cache, name), wantNodes(t, inv, d); !slices.Equal(got, want) {
+				t.Errorf("%s: device nodes %v, want %v", name, got, want)
+			}
+			edits := cache.GetDevice(name).ContainerEdits
+			var mounts []string
+			for _, m := range edits.Mounts {
+				mounts = append(mounts, m.HostPath+":"+m.ContainerPath+":"+strings.Join(m.Options, ","))
+			}
+			var wantEnv, wantMounts []string
+			if r.Name == "example.com/gpu" {
+				wantEnv = []string{"A_VAR=" + d.ID, "B_VAR=2"}
+				wantMounts = []string{"/host/pipe:/run/pipe:rbind,rw", "/host/shm:/dev/shm:rbind,ro"}
+			}
+			if !slices.Equal(edits.Env, wantEnv) || !slices.Equal(mounts, wantMounts) {
+				t.Errorf("%s: env %v mounts %v, want env %v mounts %v", name, edits.Env, mounts, wantEnv, wantMounts)
+			}
+		}
+	}
+	common := cache.GetDevice(cache.ListDevices()[0]).GetSpec().ContainerEdits
+	if len(common.Env) != len(plain.ContainerEdits.Env) || len(common.Mounts) != len(plain.ContainerEdits.Mounts) {
+		t.Errorf("common edits changed: %d env %d mounts, want %d and %d", len(common.Env), len(common.Mounts),
+			len(plain.ContainerEdits.Env), len(plain.ContainerEdits.Mounts))
+	}
+	for i := range plain.Devices {
+		if d := plain.Devices[i]; len(d.ContainerEdits.Env) != 0 || len(d.ContainerEdits.Mounts) != 0 {
+			t.Errorf("without DeviceEdits, %s has env %v mounts %v", d.Name, d.ContainerEdits.Env, d.ContainerEdits.Mounts)
+		}
+	}
+}

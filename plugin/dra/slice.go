@@ -92,6 +92,11 @@ type BuildOptions struct {
 	CDIName func(plan.Device) string
 	// Unhealthy are the devices held unhealthy; they carry TaintUnhealthy.
 	Unhealthy Unhealthy
+	// Withhold, when set, says which DRA resources to leave out of the
+	// slice and the Table for now: the agent withholds an MPS resource
+	// until its control daemon is up, as the device plugin advertises it
+	// only then.
+	Withhold func(*plan.Resource) bool
 }
 
 // DRAResources returns the resources of p served through DRA, in plan
@@ -113,17 +118,16 @@ func DRAResources(p *plan.Plan, def plan.Serve) []*plan.Resource {
 // resources of p that DRA serves: one device per plan device, named
 // draattr.DeviceName(uuid), with draattr.Device's attributes and
 // capacities and the resource name as draattr.AttrResource. A
-// time-sliced device allows multiple allocations and has the consumable
-// capacity CapShares = replicas (a claim takes one share by default, and
-// only one when the rule fails requests greater than one); its other
-// capacities are consumed only when a claim asks for them. An unhealthy
-// device carries the NoSchedule taint TaintUnhealthy.
+// time-sliced or MPS-shared device allows multiple allocations and has
+// the consumable capacity CapShares = replicas (a claim takes one share
+// by default, and only one when the rule fails requests greater than one,
+// which MPS always does); its other capacities are consumed only when a
+// claim asks for them. An unhealthy device carries the NoSchedule taint
+// TaintUnhealthy. The resources o.Withhold names are left out.
 //
-// It fails, naming the resource and rule, for a resource DRA cannot
-// serve: MPS sharing (DRA offers no MPS control daemon per claim), a
-// device that is not in inv or that would carry more attributes and
-// capacities than resource.k8s.io allows, or more than MaxDevices
-// devices.
+// It fails, naming the resource and rule, for a device that is not in inv
+// or that would carry more attributes and capacities than resource.k8s.io
+// allows, or for more than MaxDevices devices.
 func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, error) {
 	vendor, class := parser.ParseQualifier(o.CDIKind)
 	if err := parser.ValidateVendorName(vendor); err != nil {
@@ -143,9 +147,7 @@ func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, 
 		seen  = map[string]string{}
 	)
 	for _, r := range DRAResources(p, o.Default) {
-		if r.Sharing.Strategy == plan.SharingMPS {
-			errs = append(errs, fmt.Errorf("resource %s (rule %s): sharing.strategy %q cannot be served through DRA (no MPS control daemon per claim); serve it with the device plugin (serve: device-plugin)",
-				r.Name, ruleOf(r), r.Sharing.Strategy))
+		if o.Withhold != nil && o.Withhold(r) {
 			continue
 		}
 		for _, d := range r.Devices {
@@ -195,14 +197,6 @@ func checkDeviceSize(r *plan.Resource, d plan.Device, dev resourceapi.Device) er
 	return nil
 }
 
-// ruleOf names the rule of a resource: the rule of its first device.
-func ruleOf(r *plan.Resource) string {
-	if len(r.Devices) == 0 {
-		return "?"
-	}
-	return r.Devices[0].Rule
-}
-
 // findDevice finds the GPU (and MIG device) of d in inv.
 func findDevice(inv *discovery.Inventory, d plan.Device) (*discovery.GPU, *discovery.MIGDevice, bool) {
 	if inv == nil {
@@ -235,7 +229,7 @@ func sliceDevice(inv *discovery.Inventory, gpu *discovery.GPU, mig *discovery.MI
 	res := r.Name
 	attrs[draattr.AttrResource] = resourceapi.DeviceAttribute{StringValue: &res}
 	dev := resourceapi.Device{Name: name, Attributes: attrs}
-	if replicas := r.Sharing.Replicas; r.Sharing.Strategy == plan.SharingTimeSlicing && replicas > 1 {
+	if replicas := r.Sharing.Replicas; sharedByClaims(r.Sharing) && replicas > 1 {
 		if caps == nil {
 			caps = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
 		}
@@ -266,4 +260,12 @@ func sliceDevice(inv *discovery.Inventory, gpu *discovery.GPU, mig *discovery.MI
 		dev.Taints = []resourceapi.DeviceTaint{{Key: TaintUnhealthy, Value: why, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 	}
 	return dev
+}
+
+// sharedByClaims reports whether a device of sharing s is shared between
+// claims as consumable capacity: time-slicing and MPS (whose control
+// daemon the agent runs for the resource, and whose client limits the
+// device's CDI spec entry carries).
+func sharedByClaims(s plan.Sharing) bool {
+	return s.Strategy == plan.SharingTimeSlicing || s.Strategy == plan.SharingMPS
 }

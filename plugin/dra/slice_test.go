@@ -2,6 +2,7 @@ package dra
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -201,6 +202,10 @@ func TestBuildSliceTimeSliced(t *testing.T) {
 	}{
 		{"any shares per claim", plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 4}, nil},
 		{"one share per claim", plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 4, FailRequestsGreaterThanOne: true}, ptr.To(resource.MustParse("1"))},
+		// MPS fails requests greater than one whatever the rule says.
+		{"MPS", plan.Sharing{Strategy: plan.SharingMPS, Replicas: 4}, ptr.To(resource.MustParse("1"))},
+		{"MPS with limits", plan.Sharing{Strategy: plan.SharingMPS, Replicas: 4,
+			MPS: &plan.MPSLimits{ActiveThreadPercentage: 20, PinnedMemoryLimitMiB: 10240}}, ptr.To(resource.MustParse("1"))},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := &plan.Plan{Resources: []plan.Resource{{Name: "example.com/shared", Sharing: tt.sharing, Serve: plan.ServeDRA,
@@ -282,9 +287,6 @@ func TestUnhealthyReason(t *testing.T) {
 
 func TestBuildSliceErrors(t *testing.T) {
 	inv := sliceInventory()
-	mps := &plan.Plan{Resources: []plan.Resource{{Name: "example.com/mps", Serve: plan.ServeDRA,
-		Sharing: plan.Sharing{Strategy: plan.SharingMPS, Replicas: 2},
-		Devices: []plan.Device{sliceDev(sliceGPU0, plan.DeviceGPU, sliceGPU0, "0", 0, "inference")}}}}
 	gone := &plan.Plan{Resources: []plan.Resource{{Name: "example.com/a", Serve: plan.ServeDRA,
 		Devices: []plan.Device{sliceDev("GPU-99999999-0000-0000-0000-000000000000", plan.DeviceGPU, "GPU-99999999-0000-0000-0000-000000000000", "9", 9, "a")}}}}
 	for _, tt := range []struct {
@@ -293,7 +295,6 @@ func TestBuildSliceErrors(t *testing.T) {
 		o    BuildOptions
 		want string
 	}{
-		{"MPS", mps, sliceOpts(sliceCDI), `resource example.com/mps (rule inference): sharing.strategy "mps" cannot be served through DRA (no MPS control daemon per claim); serve it with the device plugin (serve: device-plugin)`},
 		{"device not in the inventory", gone, sliceOpts(sliceCDI), "resource example.com/a (rule a): device GPU-99999999-0000-0000-0000-000000000000 is not in the inventory"},
 		{"bad CDI kind", slicePlan(), withOpts(sliceOpts(cdi.Options{Kind: "nvidia.com"}), func(o *BuildOptions) { o.Default = plan.ServeDRA }), `CDI kind "nvidia.com"`},
 	} {
@@ -304,10 +305,48 @@ func TestBuildSliceErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBuildSliceMPSWithheld: an MPS resource served through DRA is in the
+// slice and the Table unless Withhold names it (its control daemon is not
+// up); the other resources stay; MPS served by the device plugin is no
+// concern of DRA's.
+func TestBuildSliceMPSWithheld(t *testing.T) {
+	inv := sliceInventory()
+	p := &plan.Plan{Resources: []plan.Resource{
+		{Name: "example.com/mps", Serve: plan.ServeDRA, Sharing: plan.Sharing{Strategy: plan.SharingMPS, Replicas: 2},
+			Devices: []plan.Device{sliceDev(sliceGPU0, plan.DeviceGPU, sliceGPU0, "0", 0, "inference")}},
+		{Name: "nvidia.com/mig-1g.10gb", Serve: plan.ServeDRA,
+			Devices: []plan.Device{sliceDev(sliceMIG, plan.DeviceMIG, sliceGPU1, "1:0", 1, "mig")}},
+	}}
+	const gpuName, migName = "gpu-0a1b2c3d-0000-0000-0000-000000000000", "mig-5e6f7a8b-0000-0000-0000-000000000000"
+	b := mustBuild(t, inv, p, sliceOpts(sliceCDI))
+	if got := deviceNames(b.Devices); !slices.Equal(got, []string{gpuName, migName}) {
+		t.Errorf("MPS daemon up: devices %v, want [%s %s]", got, gpuName, migName)
+	}
+	if d, ok := b.Table.Lookup(gpuName); !ok || d.Sharing.Strategy != plan.SharingMPS {
+		t.Errorf("MPS daemon up: table entry %+v (found %v), want the MPS device", d, ok)
+	}
+	var asked []string
+	b = mustBuild(t, inv, p, withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) {
+		o.Withhold = func(r *plan.Resource) bool {
+			asked = append(asked, r.Name)
+			return r.Sharing.Strategy == plan.SharingMPS
+		}
+	}))
+	if got := deviceNames(b.Devices); !slices.Equal(got, []string{migName}) {
+		t.Errorf("MPS daemon down: devices %v, want only [%s]", got, migName)
+	}
+	if _, ok := b.Table.Lookup(gpuName); ok || b.Table.Len() != 1 {
+		t.Errorf("MPS daemon down: the withheld device is in the table (%d devices)", b.Table.Len())
+	}
+	if !slices.Equal(asked, []string{"example.com/mps", "nvidia.com/mig-1g.10gb"}) {
+		t.Errorf("Withhold asked about %v, want the DRA resources", asked)
+	}
 	// MPS served by the device plugin is no concern of DRA's.
-	mps.Resources[0].Serve = plan.ServeDevicePlugin
-	if b, err := BuildSlice(inv, mps, withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) { o.Default = plan.ServeDRA })); err != nil || len(b.Devices) != 0 {
-		t.Errorf("MPS served by the device plugin: %v, %d devices; want no error and no device", err, len(b.Devices))
+	p.Resources[0].Serve = plan.ServeDevicePlugin
+	if b, err := BuildSlice(inv, p, withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) { o.Default = plan.ServeDRA })); err != nil || len(b.Devices) != 1 {
+		t.Errorf("MPS served by the device plugin: %v, %d devices; want no error and only the MIG device", err, len(b.Devices))
 	}
 }
 

@@ -295,6 +295,11 @@ func (s *Supervisor) Ready(resource string) (ok bool, reason string) {
 	return w.ready, w.reason
 }
 
+// Layout returns the MPS directory layout the daemons run in (below
+// Options.Root): the pipe and shm directories MPS clients mount, which a
+// DRA device's CDI spec entry names.
+func (s *Supervisor) Layout() plan.MPSLayout { return plan.MPSLayout{Root: s.opts.Root} }
+
 // pipeDir returns the pipe directory of resource's daemon in the one MPS
 // layout (plan.MPSLayout): clients need it in CUDA_MPS_PIPE_DIRECTORY and
 // mounted, and the device plugins' Allocate mounts the same path.

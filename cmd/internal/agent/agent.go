@@ -838,6 +838,9 @@ func (a *Agent) applyLastGood(ctx context.Context) {
 // applyServed re-applies the current plan after an MPS daemon came up or
 // went down, advertising or withdrawing its resource.
 func (a *Agent) applyServed(ctx context.Context, why string) {
+	if a.dra != nil {
+		a.dra.mpsChanged() // publish or withhold a DRA MPS resource: mps.go
+	}
 	applied, err := a.plugins.reapply()
 	if err != nil {
 		a.reportApplyError(ctx, fmt.Errorf("%s: %w", a.plugins.Name(), err))

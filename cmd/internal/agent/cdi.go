@@ -117,7 +117,8 @@ func (a *Agent) newCDISink() (*cdiSink, error) {
 	}
 	log := a.log.With("component", "cdi")
 	s := &cdiSink{
-		opts:    cdi.Options{Kind: kind, ByIndex: a.cfg.Plugin.DeviceIDStrategy == plugin.DeviceIDIndex},
+		opts: cdi.Options{Kind: kind, ByIndex: a.cfg.Plugin.DeviceIDStrategy == plugin.DeviceIDIndex,
+			DeviceEdits: a.mpsCDIEdits()}, // the MPS client settings of DRA devices: mps.go
 		writer:  cdi.Writer{Dir: a.cfg.CDI.SpecDir},
 		log:     log,
 		cleanup: func() {},

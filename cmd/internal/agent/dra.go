@@ -14,6 +14,7 @@ import (
 	"github.com/featureplug/featureplug/plugin"
 	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/dra"
+	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -52,6 +53,11 @@ type draSink struct {
 	specDir string
 	cdiErr  error
 	manager *plugin.Manager
+	// mps runs the MPS control daemons (nil: none); an MPS resource's
+	// devices are published only while its daemon is up, and
+	// mpsUnavailable says which are not (mps.go).
+	mps            *mps.Supervisor
+	mpsUnavailable *prometheus.GaugeVec
 	// pub is nil without an API server.
 	pub *dra.Publisher
 	log *slog.Logger
@@ -137,6 +143,10 @@ func (a *Agent) addDRASink() error {
 		manager: a.manager,
 		log:     a.log.With("component", "dra"),
 		devices: met.devices,
+		mps:     a.mps,
+	}
+	if a.metrics != nil {
+		s.mpsUnavailable = a.metrics.mpsUnavailable
 	}
 	if a.cfg.Kube != nil {
 		s.pub, err = dra.NewPublisher(dra.PublisherConfig{
@@ -201,8 +211,10 @@ func (s *draSink) Name() string { return "DRA" }
 
 // Apply implements Sink: it builds the slice's devices and the Table of
 // plan's DRA resources, swaps the Table in and offers the devices to the
-// publisher. A resource DRA cannot serve (MPS, no API server, no CDI
-// spec) refuses the plan, naming the resource and rule.
+// publisher. A resource DRA cannot serve (no API server, no CDI spec)
+// refuses the plan, naming the resource and rule. An MPS resource's
+// devices are withheld until its control daemon, which the device-plugin
+// sink starts for every MPS resource, is up (mps.go).
 func (s *draSink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Plan) error {
 	if p == nil {
 		return nil
@@ -246,7 +258,8 @@ func (s *draSink) canServe(p *plan.Plan) error {
 
 // build makes the slice's devices and Table with the current health.
 func (s *draSink) build(inv *discovery.Inventory, p *plan.Plan) (dra.Build, error) {
-	return dra.BuildSlice(inv, p, dra.BuildOptions{Default: s.def, CDIKind: s.cdi.Kind, CDIName: s.cdi.DeviceName, Unhealthy: s.unhealthy()})
+	return dra.BuildSlice(inv, p, dra.BuildOptions{Default: s.def, CDIKind: s.cdi.Kind, CDIName: s.cdi.DeviceName, Unhealthy: s.unhealthy(),
+		Withhold: s.mpsWithheld}) // mps.go
 }
 
 // unhealthy is the device-plugin manager's unhealthy set as taint reasons.
@@ -273,7 +286,11 @@ func (s *draSink) publish(b dra.Build) {
 
 // healthChanged rebuilds the slice of the last plan with the new health
 // (plugin.Options.OnHealthChange).
-func (s *draSink) healthChanged() {
+func (s *draSink) healthChanged() { s.rebuild("a health change") }
+
+// rebuild rebuilds the slice of the last plan with the current health and
+// MPS daemons; after says what changed, for the log.
+func (s *draSink) rebuild(after string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lastPlan == nil {
@@ -282,7 +299,7 @@ func (s *draSink) healthChanged() {
 	b, err := s.build(s.lastInv, s.lastPlan)
 	if err != nil {
 		// The same plan built before; only a bug gets here.
-		s.log.Error("rebuilding the ResourceSlice after a health change", "err", err)
+		s.log.Error("rebuilding the ResourceSlice after "+after, "err", err)
 		return
 	}
 	s.publish(b)

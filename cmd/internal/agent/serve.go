@@ -1,11 +1,7 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -30,9 +26,9 @@ func checkDefaultServe(cfg *Config) error {
 }
 
 // planFor makes the plan of rs for the current inventory and node labels,
-// and refuses one the agent cannot serve with its default API
-// (checkServe), or whose DRA resources it cannot serve at all (no API
-// server, no CDI spec: draSink.canServe). Every plan the agent takes is
+// and refuses one whose DRA resources the agent cannot serve at all (no
+// API server, no CDI spec: draSink.canServe). Every sharing strategy is
+// served through DRA, MPS included (mps.go). Every plan the agent takes is
 // made here, so such a plan reaches no sink: were it refused by the DRA
 // sink only, the device plugins (applied first) would already have
 // withdrawn the resources it moves to DRA, and they would be served by
@@ -42,43 +38,12 @@ func (a *Agent) planFor(rs RuleSet) (*plan.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkServe(p, a.cfg.DefaultServe, rs.Source()); err != nil {
-		return nil, err
-	}
 	if a.dra != nil {
 		if err := a.dra.canServe(p); err != nil {
 			return nil, fmt.Errorf("%s: %w", rs.Source(), err)
 		}
 	}
 	return p, nil
-}
-
-// checkServe refuses a plan that would serve an MPS-shared resource
-// through DRA because its rule left the API to the agent's --serve dra
-// (a rule saying serve: dra with MPS never loads): MPS is not offered
-// through DRA. Each error names the rules file, the rule and the resource.
-func checkServe(p *plan.Plan, def plan.Serve, source string) error {
-	var errs []error
-	for i := range p.Resources {
-		r := &p.Resources[i]
-		if r.ServedBy(def) != plan.ServeDRA || r.Sharing.Strategy != plan.SharingMPS {
-			continue
-		}
-		var names []string
-		for _, d := range r.Devices {
-			if q := strconv.Quote(d.Rule); !slices.Contains(names, q) {
-				names = append(names, q)
-			}
-		}
-		rule := "rules " + strings.Join(names, ", ")
-		if len(names) == 1 {
-			rule = "rule " + names[0]
-		}
-		errs = append(errs, fmt.Errorf("%s: %s: resource %q is shared with mps and, with --serve %s, would be served through DRA: "+
-			"MPS is not offered through DRA (Kubernetes 1.37 shares a DRA device only as consumable capacity, which serves time-slicing); "+
-			"say serve: device-plugin in the rule, or share it with time-slicing", source, rule, r.Name, def))
-	}
-	return errors.Join(errs...)
 }
 
 // devicePluginPlan is the part of p the device plugins serve: p without

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -238,26 +237,24 @@ func TestServeRefusesDRAItCannotServe(t *testing.T) {
 	}
 }
 
-// TestServeDRARefusesMPSRules: with --serve dra, a rule sharing its
-// resource with MPS that does not say serve: device-plugin makes no plan
-// (MPS is not offered through DRA): the rules are refused with the usual
-// rule error, naming the file and rule, and the last good rules stay.
-func TestServeDRARefusesMPSRules(t *testing.T) {
+// TestServeDRATakesMPSRules: with --serve dra, a rule sharing its
+// resource with MPS makes a plan like any other (MPS is served through
+// DRA: mps.go), whether or not it says serve; the agent takes such rules
+// on a reload.
+func TestServeDRATakesMPSRules(t *testing.T) {
 	const mpsRule = "- name: h100-mps\n  devices: gpu\n  resource: example.com/h100\n  sharing: {strategy: mps, replicas: 2}\n"
 	tests := []struct {
 		name  string
 		def   plan.Serve
 		rules string
-		err   string // the whole error, "" for a plan
+		want  plan.Serve // the API that serves the resource
 	}{
-		{"default device-plugin", plan.ServeDevicePlugin, mpsRule, ""},
-		{"serve dra", plan.ServeDRA, mpsRule,
-			`r.yaml: rule "h100-mps": resource "example.com/h100" is shared with mps and, with --serve dra, would be served through DRA: ` +
-				`MPS is not offered through DRA (Kubernetes 1.37 shares a DRA device only as consumable capacity, which serves time-slicing); ` +
-				`say serve: device-plugin in the rule, or share it with time-slicing`},
-		{"serve dra, rule says device-plugin", plan.ServeDRA, mpsRule + "  serve: device-plugin\n", ""},
+		{"default device-plugin", plan.ServeDevicePlugin, mpsRule, plan.ServeDevicePlugin},
+		{"serve dra", plan.ServeDRA, mpsRule, plan.ServeDRA},
+		{"rule says dra", plan.ServeDevicePlugin, mpsRule + "  serve: dra\n", plan.ServeDRA},
+		{"serve dra, rule says device-plugin", plan.ServeDRA, mpsRule + "  serve: device-plugin\n", plan.ServeDevicePlugin},
 		{"serve dra, time-slicing", plan.ServeDRA,
-			"- name: h100-ts\n  devices: gpu\n  resource: example.com/h100\n  sharing: {strategy: time-slicing, replicas: 2}\n", ""},
+			"- name: h100-ts\n  devices: gpu\n  resource: example.com/h100\n  sharing: {strategy: time-slicing, replicas: 2}\n", plan.ServeDRA},
 	}
 	src, err := OpenFake("dgx-h100")
 	if err != nil {
@@ -276,21 +273,19 @@ func TestServeDRARefusesMPSRules(t *testing.T) {
 			}
 			a := &Agent{cfg: Config{DefaultServe: tt.def}, inv: inv}
 			p, err := a.planFor(rs)
-			switch {
-			case tt.err == "" && err != nil:
+			if err != nil {
 				t.Fatalf("planFor: %v", err)
-			case tt.err == "" && len(p.Resources) != 1:
+			}
+			if len(p.Resources) != 1 {
 				t.Fatalf("planFor gave %d resources, want 1", len(p.Resources))
-			case tt.err != "" && err == nil:
-				t.Fatalf("planFor made a plan, want error:\n%s", tt.err)
-			case tt.err != "" && err.Error() != tt.err:
-				t.Fatalf("planFor error:\n got %v\nwant %s", err, tt.err)
+			}
+			if got := p.Resources[0].ServedBy(tt.def); got != tt.want {
+				t.Errorf("resource served by %s, want %s", got, tt.want)
 			}
 		})
 	}
 
-	// In the agent: rules reloaded with such a rule are refused and the
-	// last good ones stay.
+	// In the agent: rules reloaded with such a rule are taken.
 	var logs bytes.Buffer
 	a, err := New(Config{
 		NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA,
@@ -307,21 +302,18 @@ func TestServeDRARefusesMPSRules(t *testing.T) {
 	if !a.takeRules(context.Background(), good) {
 		t.Fatal("good rules refused")
 	}
-	if a.takeRules(context.Background(), planReportRules(t, mpsRule)) {
-		t.Fatal("MPS rules taken with --serve dra")
+	mps := planReportRules(t, mpsRule)
+	if !a.takeRules(context.Background(), mps) {
+		t.Fatalf("MPS rules refused with --serve dra:\n%s", logs.String())
 	}
-	if a.ruleSet != good {
-		t.Error("the last good rules were replaced")
+	if a.ruleSet != mps {
+		t.Error("the MPS rules did not replace the last ones")
 	}
-	if got := planReportValue(t, a.metrics.ruleErrors); got != 1 {
-		t.Errorf("featureplug_rule_errors_total = %v, want 1", got)
+	if got := planReportValue(t, a.metrics.ruleErrors); got != 0 {
+		t.Errorf("featureplug_rule_errors_total = %v, want 0", got)
 	}
-	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 1 {
-		t.Errorf(`featureplug_rule_reloads_total{result="invalid"} = %v, want 1`, got)
-	}
-	if !strings.Contains(logs.String(), `rules rejected; keeping nothing yet`) ||
-		!strings.Contains(logs.String(), `r.yaml: rule \"h100-mps\": resource \"example.com/h100\" is shared with mps`) {
-		t.Errorf("no rule error naming the rule in the log:\n%s", logs.String())
+	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 0 {
+		t.Errorf(`featureplug_rule_reloads_total{result="invalid"} = %v, want 0`, got)
 	}
 }
 

@@ -139,8 +139,9 @@ func (s *devicePluginSink) Apply(ctx context.Context, _ *discovery.Inventory, in
 	if in == nil || in == s.in {
 		return nil
 	}
+	// The MPS daemons of every MPS resource, DRA's too: mps.go.
+	s.applyMPS(ctx, in)
 	plan := devicePluginPlan(in, s.serve) // without the DRA resources: serve.go
-	s.applyMPS(ctx, plan)
 	if err := s.manager.Apply(s.servedPlan(plan)); err != nil {
 		return err
 	}
