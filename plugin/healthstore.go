@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/plugin/statefile"
 )
 
 // HealthStateFile is the name of the health state file in Options.StateDir.
@@ -125,32 +126,5 @@ func (s *healthStore) write(recs []healthRecord) error {
 		return fmt.Errorf("encoding %s: %w", s.path, err)
 	}
 	data = append(data, '\n')
-	dir := filepath.Dir(s.path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating state directory %s: %w", dir, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+HealthStateFile+".*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", s.path, err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("syncing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("closing %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return fmt.Errorf("replacing %s: %w", s.path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
+	return statefile.Write(s.path, data)
 }

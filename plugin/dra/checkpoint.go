@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/featureplug/featureplug/plugin/statefile"
 )
 
 // CheckpointFile is the name of the prepared-claims checkpoint in the
@@ -176,32 +178,5 @@ func (c *checkpoint) write(claims map[string]PreparedClaim) error {
 		return fmt.Errorf("encoding %s: %w", c.path, err)
 	}
 	data = append(data, '\n')
-	dir := filepath.Dir(c.path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating state directory %s: %w", dir, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+CheckpointFile+".*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", c.path, err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("syncing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("closing %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), c.path); err != nil {
-		return fmt.Errorf("replacing %s: %w", c.path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
+	return statefile.Write(c.path, data)
 }
