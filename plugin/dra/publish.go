@@ -69,9 +69,9 @@ type PublisherConfig struct {
 	// Otherwise it stays away from the API server until a device is to be
 	// published, and manages the slices from then on: an agent whose
 	// rules serve nothing through DRA needs no ResourceSlice permissions
-	// (and is not refused any). The price: a slice left by an earlier run
-	// whose rules served through DRA stays until a device is published
-	// again, or the Node (its owner) is deleted.
+	// (and is not refused any). A slice left by an earlier run whose rules
+	// served through DRA would then stay; the agent sets Active when its
+	// state directory says an earlier run published one (its sliceMarker).
 	Active bool
 	// Backoff and BackoffMax are the first and the longest delay between
 	// retries after an API error (defaults DefaultPublishBackoff and
@@ -165,6 +165,13 @@ func SliceName(node string) string {
 
 // Name returns the name of the slice the Publisher writes.
 func (p *Publisher) Name() string { return p.name }
+
+// Offered returns how many devices the latest offer holds.
+func (p *Publisher) Offered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.desired)
+}
 
 // Offer makes devs the devices to publish (nil or empty: no slice). It
 // does not block; the latest offer wins.

@@ -67,6 +67,9 @@ type draSink struct {
 	// table is the Table the kubelet-side server reads.
 	table atomic.Pointer[dra.Table]
 
+	// marker records that the node may have a slice (sliceMarker).
+	marker sliceMarker
+
 	// mu guards the last inventory and plan, which health changes rebuild
 	// from outside the loop goroutine.
 	mu       sync.Mutex
@@ -144,6 +147,7 @@ func (a *Agent) addDRASink() error {
 		log:     a.log.With("component", "dra"),
 		devices: met.devices,
 		mps:     a.mps,
+		marker:  sliceMarker{path: sliceMarkerPath(a.cfg.Plugin.StateDir), log: a.log.With("component", "dra")},
 	}
 	if a.metrics != nil {
 		s.mpsUnavailable = a.metrics.mpsUnavailable
@@ -154,16 +158,20 @@ func (a *Agent) addDRASink() error {
 			Slices:          a.cfg.Kube.ResourceSlices(),
 			Nodes:           cachedNodes{a, a.cfg.Kube.Nodes()}, // nodecache.go
 			WatchListClient: a.cfg.Kube,
-			Active:          def == plan.ServeDRA,
-			BackoffMax:      publishBackoffMax,
-			Jitter:          backoffJitter,
-			OnWrite:         func(op string) { met.writes.WithLabelValues(op).Inc() },
+			// A node whose slice an earlier run left (the marker)
+			// manages its slices from the start, so that a slice
+			// whose devices the device plugins now serve is deleted.
+			Active:     def == plan.ServeDRA || s.marker.exists(),
+			BackoffMax: publishBackoffMax,
+			Jitter:     backoffJitter,
+			OnWrite:    func(op string) { met.writes.WithLabelValues(op).Inc() },
 			OnSync: func(err error) {
 				if err != nil {
 					met.syncs.WithLabelValues("error").Inc()
 					return
 				}
 				met.syncs.WithLabelValues("ok").Inc()
+				s.marker.clearIf(func() bool { return s.pub.Offered() == 0 })
 			},
 			Logger: s.log,
 		})
@@ -275,12 +283,14 @@ func (s *draSink) unhealthy() dra.Unhealthy {
 	return u
 }
 
-// publish swaps b's Table in and offers its devices.
+// publish swaps b's Table in and offers its devices. A non-empty offer
+// first records in the state directory that the node may have a slice
+// (sliceMarker).
 func (s *draSink) publish(b dra.Build) {
 	s.table.Store(b.Table)
 	s.devices.Set(float64(len(b.Devices)))
 	if s.pub != nil {
-		s.pub.Offer(b.Devices)
+		s.marker.offer(len(b.Devices) > 0, func() { s.pub.Offer(b.Devices) })
 	}
 }
 

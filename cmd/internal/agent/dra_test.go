@@ -349,3 +349,52 @@ func TestServeDRAStartupErrors(t *testing.T) {
 		t.Errorf("New with an API server and a CDI spec directory: %v", err)
 	}
 }
+
+// TestDRASliceLeftByEarlierRunIsDeleted: an agent whose rules served
+// through DRA leaves a marker in the state directory; restarted with rules
+// that serve everything through the device plugins, it deletes the slice
+// the earlier run left (its devices would otherwise be offered through
+// both APIs) and then removes the marker.
+func TestDRASliceLeftByEarlierRunIsDeleted(t *testing.T) {
+	e := newDRATestEnv(t)
+	records := make(kubeRecords, 4096)
+	_, stop := e.start(t, records)
+	kubeWaitRecord(t, records, "ResourceSlice created", "devices=4")
+	marker := filepath.Join(e.stateDir, sliceMarkerFile)
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("no marker after the slice was created: %v", err)
+	}
+	stop()
+
+	noDRA := strings.Replace(draTestRules, "  serve: dra\n", "", 1)
+	if noDRA == draTestRules {
+		t.Fatal("the test rules no longer say serve: dra")
+	}
+	if err := os.WriteFile(e.rules, []byte(noDRA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	records2 := make(kubeRecords, 4096)
+	a2, _ := e.start(t, records2)
+	kubeWaitRecord(t, records2, "deleted a ResourceSlice the node no longer needs", "devices=4")
+	list, err := e.kube.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Fatalf("%d ResourceSlices left, want none", len(list.Items))
+	}
+	deadline := time.Now().Add(testWait)
+	for {
+		_, err := os.Stat(marker)
+		if errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("marker still there after the slice was deleted (stat: %v)", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := draTestMetric(t, a2, "featureplug_dra_slice_writes_total", "op", "delete"); got != 1 {
+		t.Errorf("featureplug_dra_slice_writes_total{op=delete} = %v, want 1", got)
+	}
+}
