@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -17,15 +15,7 @@ import (
 // runDRA runs `featureplug dra ...` in process.
 func runDRA(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	cmd := newDRACommand()
-	var out, errOut bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SetArgs(args)
-	cmd.SilenceUsage = true
-	cmd.SilenceErrors = true
-	err = cmd.ExecuteContext(context.Background())
-	return out.String(), errOut.String(), err
+	return runCommand(newDRACommand(), args...)
 }
 
 func TestDRAClassesYAML(t *testing.T) {

@@ -9,12 +9,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // runRules runs `featureplug rules ARGS...` and returns its output.
 func runRules(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	cmd := newRulesCommand()
+	return runCommand(newRulesCommand(), args...)
+}
+
+// runCommand runs cmd with args in process and returns its output.
+func runCommand(cmd *cobra.Command, args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
