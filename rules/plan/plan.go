@@ -102,6 +102,33 @@ const (
 	ServeDRA Serve = "dra"
 )
 
+// ServedThrough returns the part of p served through api, given the
+// agent's default def for resources whose rules did not choose: p
+// without the other API's resources, or p itself when it has none (nil
+// for nil). Each sink of an API serves only its part.
+func (p *Plan) ServedThrough(api, def Serve) *Plan {
+	if p == nil {
+		return nil
+	}
+	other := 0
+	for i := range p.Resources {
+		if p.Resources[i].ServedBy(def) != api {
+			other++
+		}
+	}
+	if other == 0 {
+		return p
+	}
+	out := *p
+	out.Resources = make([]Resource, 0, len(p.Resources)-other)
+	for _, r := range p.Resources {
+		if r.ServedBy(def) == api {
+			out.Resources = append(out.Resources, r)
+		}
+	}
+	return &out
+}
+
 // ServedBy returns the API the resource is served through, given the
 // agent's default for resources whose rules did not choose.
 func (r *Resource) ServedBy(def Serve) Serve {

@@ -36,36 +36,43 @@ type ControllerManager struct {
 // it: it adds a few seconds to a test.
 func StartControllerManager(t testing.TB, api *APIServer) *ControllerManager {
 	t.Helper()
-	bins := RequireBinaries(t, KubeControllerManagerBinary)
+	p, health := startControlPlaneComponent(t, api, KubeControllerManagerBinary,
+		"--controllers="+controllerManagerControllers,
+		"--use-service-account-credentials=false")
+	return &ControllerManager{Process: p, HealthURL: health}
+}
+
+// startControlPlaneComponent starts binary (kube-controller-manager or
+// kube-scheduler) against api with api's admin kubeconfig, leader election
+// off and its secure port on a free loopback port, plus extraArgs, and
+// returns it with its /healthz URL once that answers. The process is
+// stopped when the test ends.
+func startControlPlaneComponent(t testing.TB, api *APIServer, binary string, extraArgs ...string) (*Process, string) {
+	t.Helper()
+	bins := RequireBinaries(t, binary)
 	ctx, cancel := context.WithTimeout(context.Background(), controlPlaneStartTimeout)
 	defer cancel()
 	port, err := FreePort()
 	if err != nil {
-		t.Fatalf("choosing kube-controller-manager's port: %v", err)
+		t.Fatalf("choosing %s's port: %v", binary, err)
 	}
 	dir := t.TempDir()
-	p := StartProcess(t, ProcessSpec{
-		Name: "kube-controller-manager",
-		Path: bins.Path(KubeControllerManagerBinary),
-		Args: []string{
-			"--kubeconfig=" + api.KubeconfigPath,
-			"--controllers=" + controllerManagerControllers,
-			"--use-service-account-credentials=false",
-			"--leader-elect=false",
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(port),
-			// Self-signed serving certificate written here, not in
-			// /var/run/kubernetes.
-			"--cert-dir=" + filepath.Join(dir, "certs"),
-			"--v=2",
-		},
-		Dir: dir,
-	})
-	m := &ControllerManager{Process: p, HealthURL: fmt.Sprintf("https://127.0.0.1:%d/healthz", port)}
-	if err := waitHTTPSOK(ctx, p, m.HealthURL); err != nil {
-		t.Fatalf("waiting for kube-controller-manager: %v", err)
+	args := append([]string{
+		"--kubeconfig=" + api.KubeconfigPath,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		// Self-signed serving certificate written here, not in
+		// /var/run/kubernetes.
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--v=2",
+	}, extraArgs...)
+	p := StartProcess(t, ProcessSpec{Name: binary, Path: bins.Path(binary), Args: args, Dir: dir})
+	health := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	if err := waitHTTPSOK(ctx, p, health); err != nil {
+		t.Fatalf("waiting for %s: %v", binary, err)
 	}
-	return m
+	return p, health
 }
 
 // waitHTTPSOK polls url, served with a self-signed certificate, until it

@@ -3,8 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,39 +32,13 @@ type Scheduler struct {
 // that need pods placed start it.
 func StartScheduler(t testing.TB, api *APIServer) *Scheduler {
 	t.Helper()
-	bins := RequireBinaries(t, KubeSchedulerBinary)
-	ctx, cancel := context.WithTimeout(context.Background(), controlPlaneStartTimeout)
-	defer cancel()
-	port, err := FreePort()
-	if err != nil {
-		t.Fatalf("choosing kube-scheduler's port: %v", err)
-	}
-	dir := t.TempDir()
-	p := StartProcess(t, ProcessSpec{
-		Name: "kube-scheduler",
-		Path: bins.Path(KubeSchedulerBinary),
-		Args: []string{
-			"--kubeconfig=" + api.KubeconfigPath,
-			// Its own client identity for delegated authentication and
-			// authorization of its endpoints: /healthz is always allowed
-			// anyway, but without these it logs a warning per request.
-			"--authentication-kubeconfig=" + api.KubeconfigPath,
-			"--authorization-kubeconfig=" + api.KubeconfigPath,
-			"--leader-elect=false",
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(port),
-			// Self-signed serving certificate written here, not in
-			// /var/run/kubernetes.
-			"--cert-dir=" + filepath.Join(dir, "certs"),
-			"--v=2",
-		},
-		Dir: dir,
-	})
-	s := &Scheduler{Process: p, HealthURL: fmt.Sprintf("https://127.0.0.1:%d/healthz", port)}
-	if err := waitHTTPSOK(ctx, p, s.HealthURL); err != nil {
-		t.Fatalf("waiting for kube-scheduler: %v", err)
-	}
-	return s
+	p, health := startControlPlaneComponent(t, api, KubeSchedulerBinary,
+		// Its own client identity for delegated authentication and
+		// authorization of its endpoints: /healthz is always allowed
+		// anyway, but without these it logs a warning per request.
+		"--authentication-kubeconfig="+api.KubeconfigPath,
+		"--authorization-kubeconfig="+api.KubeconfigPath)
+	return &Scheduler{Process: p, HealthURL: health}
 }
 
 // nodeAllocatable is what SetNodeReady gives a Node: room for many pods, no

@@ -20,6 +20,22 @@ import (
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
+// openFakeInventory opens the bundled fake node name (closed when the test
+// ends) and discovers its inventory.
+func openFakeInventory(t *testing.T, name string) (*FakeSource, *discovery.Inventory) {
+	t.Helper()
+	src, err := OpenFake(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	inv, _, err := src.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, inv
+}
+
 // cdiTestPlan advertises every whole GPU and MIG device of inv, in one
 // resource each, or only the first n devices when n >= 0.
 func cdiTestPlan(inv *discovery.Inventory, n int) *plan.Plan {
@@ -87,15 +103,7 @@ func cdiDeviceCount(t *testing.T, dir string) int {
 }
 
 func TestCDISinkFollowsPlans(t *testing.T) {
-	src, err := OpenFake("h200-mig")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	inv, _, err := src.Discover()
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, inv := openFakeInventory(t, "h200-mig")
 	specDir := t.TempDir()
 	stale := filepath.Join(specDir, "featureplug-example.com_old.yaml")
 	if err := os.WriteFile(stale, nil, 0o644); err != nil {
@@ -154,15 +162,7 @@ func TestCDISinkFollowsPlans(t *testing.T) {
 // by someone else, is written again as the agent last wrote it; an intact
 // spec is left alone, and with no plan yet nothing is written.
 func TestCDISinkRestoresItsSpec(t *testing.T) {
-	src, err := OpenFake("h200-mig")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	inv, _, err := src.Discover()
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, inv := openFakeInventory(t, "h200-mig")
 	specDir := filepath.Join(t.TempDir(), "cdi")
 	s := newTestCDISink(t, fakeRootGenerator{src: src, dir: t.TempDir()}, specDir)
 	s.restoreOutput()
@@ -205,15 +205,7 @@ func TestCDISinkRestoresItsSpec(t *testing.T) {
 }
 
 func TestCDISinkErrorKeepsSpec(t *testing.T) {
-	src, err := OpenFake("workstation")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	inv, _, err := src.Discover()
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, inv := openFakeInventory(t, "workstation")
 	specDir := t.TempDir()
 	good := newTestCDISink(t, fakeRootGenerator{src: src, dir: t.TempDir()}, specDir)
 	if err := good.Apply(context.Background(), inv, cdiTestPlan(inv, -1)); err != nil {

@@ -201,17 +201,7 @@ func (a *Agent) draNeedsCDISink() bool {
 // draOnly returns the plan with only its DRA resources: what the CDI
 // spec holds when no CDI device-list strategy is on.
 func draOnly(def plan.Serve) func(*plan.Plan) *plan.Plan {
-	return func(p *plan.Plan) *plan.Plan {
-		if p == nil {
-			return nil
-		}
-		q := *p
-		q.Resources = nil
-		for _, r := range dra.DRAResources(p, def) {
-			q.Resources = append(q.Resources, *r)
-		}
-		return &q
-	}
+	return func(p *plan.Plan) *plan.Plan { return p.ServedThrough(plan.ServeDRA, def) }
 }
 
 // Name implements Sink.

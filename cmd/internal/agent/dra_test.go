@@ -263,15 +263,7 @@ func TestDRASinkPublishesTaintsAndSurvivesRestart(t *testing.T) {
 // agent has no API server or no CDI spec directory; the Table stays as
 // it was.
 func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	inv, _, err := src.Discover()
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, inv := openFakeInventory(t, "dgx-h100")
 	g := inv.GPUs[0]
 	p := &plan.Plan{Resources: []plan.Resource{{Name: "example.com/a", Serve: plan.ServeDRA,
 		Devices: []plan.Device{{ID: g.UUID, Kind: plan.DeviceGPU, GPUUUID: g.UUID, Index: "0", Rule: "rule-a"}}}}}

@@ -45,25 +45,3 @@ func (a *Agent) planFor(rs RuleSet) (*plan.Plan, error) {
 	}
 	return p, nil
 }
-
-// devicePluginPlan is the part of p the device plugins serve: p without
-// the resources served through DRA (p itself when there are none).
-func devicePluginPlan(p *plan.Plan, def plan.Serve) *plan.Plan {
-	dra := 0
-	for i := range p.Resources {
-		if p.Resources[i].ServedBy(def) == plan.ServeDRA {
-			dra++
-		}
-	}
-	if dra == 0 {
-		return p
-	}
-	out := *p
-	out.Resources = make([]plan.Resource, 0, len(p.Resources)-dra)
-	for _, r := range p.Resources {
-		if r.ServedBy(def) != plan.ServeDRA {
-			out.Resources = append(out.Resources, r)
-		}
-	}
-	return &out
-}

@@ -256,15 +256,7 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 		{"serve dra, time-slicing", plan.ServeDRA,
 			"- name: h100-ts\n  devices: gpu\n  resource: example.com/h100\n  sharing: {strategy: time-slicing, replicas: 2}\n", plan.ServeDRA},
 	}
-	src, err := OpenFake("dgx-h100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	inv, _, err := src.Discover()
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, inv := openFakeInventory(t, "dgx-h100")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rs, err := rules.Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+tt.rules))

@@ -141,11 +141,11 @@ func (s *devicePluginSink) Apply(ctx context.Context, _ *discovery.Inventory, in
 	}
 	// The MPS daemons of every MPS resource, DRA's too: mps.go.
 	s.applyMPS(ctx, in)
-	plan := devicePluginPlan(in, s.serve) // without the DRA resources: serve.go
-	if err := s.manager.Apply(s.servedPlan(plan)); err != nil {
+	own := in.ServedThrough(plan.ServeDevicePlugin, s.serve) // without the DRA resources
+	if err := s.manager.Apply(s.servedPlan(own)); err != nil {
 		return err
 	}
-	s.in, s.last = in, plan
+	s.in, s.last = in, own
 	return nil
 }
 
