@@ -49,6 +49,12 @@ type Manager struct {
 	// watchFailed is set while no watch could be added (the backstop
 	// alone notices changes).
 	watchFailed bool
+
+	// readyMu guards readyCh, which is closed (and replaced) whenever
+	// Ready may have become true: a registration accepted, a plan
+	// applied, Run started. See WaitReady.
+	readyMu sync.Mutex
+	readyCh chan struct{}
 }
 
 // managerState is where a Manager is in its life.
@@ -79,7 +85,8 @@ func NewManager(opts Options) (*Manager, error) {
 		servers:    map[string]*server{},
 		bySocket:   map[string]*server{},
 	}
-	m.deps = serverDeps{opts: &m.opts, log: o.Logger, metrics: met}
+	m.readyCh = make(chan struct{})
+	m.deps = serverDeps{opts: &m.opts, log: o.Logger, metrics: met, kubelet: &kubeletConn{}, registered: m.readinessMayChange}
 	m.events = newEventLog(o.Clock, healthLogInterval, o.Logger)
 	m.health = newHealthTracker(o.Clock, o.HealthRecovery, newHealthStore(o.StateDir), o.Logger, met, func(keys []string) {
 		o.Logger.Info("devices recovered after a quiet period", "devices", keys, "quietPeriod", o.HealthRecovery)
@@ -107,6 +114,7 @@ func (m *Manager) Apply(plan *plan.Plan) error {
 	}
 	m.metrics.applies.WithLabelValues("ok").Inc()
 	m.plan = plan
+	defer m.readinessMayChange()
 	if m.state == stateNew {
 		return nil
 	}
@@ -256,6 +264,35 @@ func (m *Manager) Ready() bool {
 	return true
 }
 
+// WaitReady waits until Ready or until ctx ends, and reports whether the
+// manager is ready. It wakes on every accepted registration, not on a
+// timer, so that what waits for the kubelet's registrations (the agent
+// holds back publishing until then: register first, issue 17) starts the
+// moment the last one is accepted.
+func (m *Manager) WaitReady(ctx context.Context) bool {
+	for {
+		m.readyMu.Lock()
+		ch := m.readyCh
+		m.readyMu.Unlock()
+		if m.Ready() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ch:
+		}
+	}
+}
+
+// readinessMayChange wakes WaitReady's callers to check Ready again.
+func (m *Manager) readinessMayChange() {
+	m.readyMu.Lock()
+	close(m.readyCh)
+	m.readyCh = make(chan struct{})
+	m.readyMu.Unlock()
+}
+
 // Run serves the applied plans and watches the device-plugin directory
 // until ctx is done: a re-created kubelet.sock makes every server register
 // again, a server whose socket vanished is restarted, and a directory that
@@ -274,6 +311,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.state = stateRunning
 	m.mu.Unlock()
+	m.readinessMayChange()
 	defer m.shutdown()
 
 	if err := os.MkdirAll(m.opts.KubeletDir, 0o750); err != nil {
@@ -577,6 +615,7 @@ func (m *Manager) shutdown() {
 	}
 	clear(m.servers)
 	clear(m.bySocket)
+	m.deps.kubelet.close()
 }
 
 // exists reports whether path exists.

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -115,6 +116,54 @@ func TestManagerBeforeKubelet(t *testing.T) {
 	e.waitRegistered(1, "nvidia.com/gpu")
 	if total, _ := k.Capacity("nvidia.com/gpu"); total != 8 {
 		t.Errorf("capacity %d, want 8", total)
+	}
+}
+
+// TestWaitReadyWakesOnRegistration: WaitReady blocks while the kubelet is
+// away and returns true once every resource of the plan is registered (what
+// the agent holds publishing back for); it returns false when its context
+// ends first.
+func TestWaitReadyWakesOnRegistration(t *testing.T) {
+	e := &env{t: t, dir: tempDir(t)}
+	reg := prometheus.NewRegistry()
+	opts := DefaultOptions()
+	opts.Registerer = reg
+	twoResources := &plan.Plan{Resources: []plan.Resource{
+		{Name: "example.com/a", Devices: gpus(0, 1)},
+		{Name: "example.com/b", Devices: gpus(2, 3)},
+	}}
+	e.startManager(opts, twoResources)
+	missing := map[string]string{"resource": "example.com/a", "result": regKubeletMissing}
+	waitTrue(t, "a registration attempt without a kubelet", func() bool {
+		return metricValue(t, reg, "featureplug_plugin_registrations_total", missing) >= 1
+	})
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if e.m.WaitReady(cancelled) {
+		t.Fatal("WaitReady = true without a kubelet")
+	}
+
+	ready := make(chan bool, 1)
+	go func() { ready <- e.m.WaitReady(e.ctx()) }()
+	k, err := kubeletsim.Start(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	if !<-ready {
+		t.Fatal("WaitReady = false after the kubelet came")
+	}
+	for _, r := range []string{"example.com/a", "example.com/b"} {
+		if !e.m.Registered(r) {
+			t.Errorf("WaitReady returned before %s was registered", r)
+		}
+	}
+
+	// A plan with no resource is ready as soon as it is served.
+	empty := &env{t: t, dir: tempDir(t)}
+	empty.startManager(DefaultOptions(), &plan.Plan{})
+	if !empty.m.WaitReady(empty.ctx()) {
+		t.Fatal("WaitReady = false for an empty plan")
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
@@ -55,6 +54,11 @@ type serverDeps struct {
 	opts    *Options
 	log     *slog.Logger
 	metrics *metrics
+	// kubelet is the connection the servers register through.
+	kubelet *kubeletConn
+	// registered is called after each accepted registration
+	// (Manager.readinessMayChange).
+	registered func()
 }
 
 // snapshot is a server's current device set and ListAndWatch list. It is
@@ -318,17 +322,21 @@ func (s *server) registerOnce(failures int) error {
 	if _, err := os.Stat(s.socket); err != nil {
 		return fmt.Errorf("own socket not there yet: %w", err)
 	}
-	if err := s.register(kubelet); err != nil {
+	if err := s.register(kubelet, st); err != nil {
 		s.deps.metrics.registrations.WithLabelValues(s.name, regError).Inc()
 		return err
 	}
 	s.deps.metrics.registrations.WithLabelValues(s.name, regOK).Inc()
 	s.mu.Lock()
-	if s.gen == gen {
+	current := s.gen == gen
+	if current {
 		s.registered = true
 		s.regStat = st
 	}
 	s.mu.Unlock()
+	if current && s.deps.registered != nil {
+		s.deps.registered()
+	}
 	if failures > 0 {
 		s.log.Info("registered with the kubelet", "endpoint", filepath.Base(s.socket), "afterFailures", failures)
 	} else {
@@ -337,13 +345,13 @@ func (s *server) registerOnce(failures int) error {
 	return nil
 }
 
-// register sends one RegisterRequest to the kubelet.
-func (s *server) register(kubelet string) error {
-	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// register sends one RegisterRequest to the kubelet whose socket is
+// kubelet (the file st), over the connection the servers share.
+func (s *server) register(kubelet string, st os.FileInfo) error {
+	conn, err := s.deps.kubelet.get(kubelet, st)
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", kubelet, err)
+		return err
 	}
-	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(s.ctx, registerTimeout)
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
@@ -353,6 +361,7 @@ func (s *server) register(kubelet string) error {
 		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
 	})
 	if err != nil {
+		s.deps.kubelet.drop(conn)
 		return fmt.Errorf("registering %s at %s: %w", s.name, kubelet, err)
 	}
 	return nil

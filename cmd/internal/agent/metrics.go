@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -64,8 +66,7 @@ func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) 
 		m.publishes, m.mpsUnavailable, m.rulesMissing, m.fileWatchFallback,
 		// go_* and process_* (memory, goroutines, open fds, CPU): what an
 		// operator needs to see a leak or fd exhaustion coming.
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&runtimeCollectors{},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "featureplug_ready",
 			Help: "1 while every resource of the current plan is registered with the kubelet (as /readyz).",
@@ -81,4 +82,32 @@ func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) 
 		}
 	}
 	return m, nil
+}
+
+// runtimeCollectors serves client_golang's Go and process collectors
+// (go_*, process_*), made on the first scrape rather than at start: making
+// and registering them describes every runtime/metrics entry, about 1 ms of
+// CPU before the first registration with the kubelet (issue 17). It is an
+// unchecked collector (it describes nothing), so the registry takes it at
+// no cost; its metric names cannot collide with featureplug's own.
+type runtimeCollectors struct {
+	once sync.Once
+	all  []prometheus.Collector
+}
+
+// Describe implements prometheus.Collector: nothing, which makes the
+// collector unchecked.
+func (*runtimeCollectors) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (r *runtimeCollectors) Collect(ch chan<- prometheus.Metric) {
+	r.once.Do(func() {
+		r.all = []prometheus.Collector{
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		}
+	})
+	for _, c := range r.all {
+		c.Collect(ch)
+	}
 }
