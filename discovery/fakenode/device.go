@@ -22,7 +22,7 @@ var _ nvml.Device = (*gpuHandle)(nil)
 
 func newGPUHandle(g *gpu) *gpuHandle {
 	h := &gpuHandle{Device: &mock.Device{}, gpu: g}
-	g.node.stubs.fill(h.Device)
+	fillDevice(h.Device)
 	return h
 }
 

@@ -32,7 +32,7 @@ var _ nvml.EventSet = (*eventSet)(nil)
 
 func newEventSet(n *Node) *eventSet {
 	s := &eventSet{EventSet: &mock.EventSet{}, node: n, notify: make(chan struct{}, 1), done: make(chan struct{})}
-	n.stubs.fill(s.EventSet)
+	fillEventSet(s.EventSet)
 	return s
 }
 

@@ -29,7 +29,7 @@ func newLibrary(n *Node, l *layout) *library {
 		nvmlVersion:   strconv.Itoa(l.cudaMajor) + "." + l.driverVersion,
 		cudaVersion:   l.cudaVersion,
 	}
-	n.stubs.fill(lib.Interface)
+	fillInterface(lib.Interface)
 	return lib
 }
 

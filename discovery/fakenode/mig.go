@@ -277,7 +277,7 @@ func (g *gpu) createGPUInstance(p *migProfile, start int) (*gpuInstance, nvml.Re
 		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
 	}
 	gi := &gpuInstance{GpuInstance: &mock.GpuInstance{}, gpu: g, id: gpuInstanceID(p.size, start), profile: p, start: start}
-	n.stubs.fill(gi.GpuInstance)
+	fillGpuInstance(gi.GpuInstance)
 	g.gis = append(g.gis, gi)
 	slices.SortFunc(g.gis, func(a, b *gpuInstance) int { return int(a.id) - int(b.id) })
 	return gi, nvml.SUCCESS
@@ -470,7 +470,7 @@ func (gi *gpuInstance) createComputeInstance(c int) (*computeInstance, nvml.Retu
 		ComputeInstance: &mock.ComputeInstance{}, gi: gi, id: id, slices: c,
 		uuid: migUUID(n.Name(), gi.gpu.index, gi.id, id),
 	}
-	n.stubs.fill(ci.ComputeInstance)
+	fillComputeInstance(ci.ComputeInstance)
 	ci.handle = newMIGHandle(ci)
 	gi.cis = append(gi.cis, ci)
 	slices.SortFunc(gi.cis, func(a, b *computeInstance) int { return int(a.id) - int(b.id) })
@@ -547,7 +547,7 @@ var _ nvml.Device = (*migHandle)(nil)
 
 func newMIGHandle(ci *computeInstance) *migHandle {
 	h := &migHandle{Device: &mock.Device{}, ci: ci}
-	ci.gi.gpu.node.stubs.fill(h.Device)
+	fillDevice(h.Device)
 	return h
 }
 

@@ -33,7 +33,6 @@ type Node struct {
 	// bundledName is the name of a bundled node; empty otherwise.
 	bundledName string
 	lib         *library
-	stubs       *stubs
 	gpus        []*gpu
 
 	// mu guards the mutable state below and in gpus: MIG mode, GPU and
@@ -185,7 +184,7 @@ type lane struct {
 
 // build creates the node's devices from a spec and its validated layout.
 func build(spec *Spec, l *layout) (*Node, error) {
-	n := &Node{spec: *spec, stubs: sharedStubs()}
+	n := &Node{spec: *spec}
 	n.lib = newLibrary(n, l)
 	for i, gl := range l.gpus {
 		g := &gpu{
