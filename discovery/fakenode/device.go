@@ -2,7 +2,6 @@ package fakenode
 
 import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
 // mib is one MiB in bytes.
@@ -14,16 +13,14 @@ const supportedEvents = nvml.EventTypeXidCriticalError | nvml.EventTypeSingleBit
 
 // gpuHandle is the nvml.Device of a physical GPU.
 type gpuHandle struct {
-	*mock.Device
+	unsupportedDevice
 	gpu *gpu
 }
 
 var _ nvml.Device = (*gpuHandle)(nil)
 
 func newGPUHandle(g *gpu) *gpuHandle {
-	h := &gpuHandle{Device: &mock.Device{}, gpu: g}
-	fillDevice(h.Device)
-	return h
+	return &gpuHandle{gpu: g}
 }
 
 // GetIndex returns the NVML index.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
 // maxPendingEvents bounds the events a GPU keeps while no set listens for
@@ -16,7 +15,7 @@ const maxPendingEvents = 256
 
 // eventSet is an nvml.EventSet: a queue of events waiting for Wait.
 type eventSet struct {
-	*mock.EventSet
+	unsupportedEventSet
 	node *Node
 
 	mu     sync.Mutex
@@ -31,9 +30,7 @@ type eventSet struct {
 var _ nvml.EventSet = (*eventSet)(nil)
 
 func newEventSet(n *Node) *eventSet {
-	s := &eventSet{EventSet: &mock.EventSet{}, node: n, notify: make(chan struct{}, 1), done: make(chan struct{})}
-	fillEventSet(s.EventSet)
-	return s
+	return &eventSet{node: n, notify: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // Wait returns the next event, waiting up to timeoutms milliseconds for one

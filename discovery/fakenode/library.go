@@ -5,14 +5,13 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
 // library is the node's nvml.Interface. The methods below are what the fake
-// implements; every other one comes from the embedded mock and answers
+// implements; every other one comes from the embedded stub and answers
 // ERROR_NOT_SUPPORTED, or is forwarded to the handle it is called with.
 type library struct {
-	*mock.Interface
+	unsupportedLibrary
 	node          *Node
 	driverVersion string
 	nvmlVersion   string
@@ -22,15 +21,12 @@ type library struct {
 var _ nvml.Interface = (*library)(nil)
 
 func newLibrary(n *Node, l *layout) *library {
-	lib := &library{
-		Interface:     &mock.Interface{},
+	return &library{
 		node:          n,
 		driverVersion: l.driverVersion,
 		nvmlVersion:   strconv.Itoa(l.cudaMajor) + "." + l.driverVersion,
 		cudaVersion:   l.cudaVersion,
 	}
-	fillInterface(lib.Interface)
-	return lib
 }
 
 // Init succeeds: the fake needs no driver. Calls made without Init work too.

@@ -2,3101 +2,3831 @@
 
 package fakenode
 
-import (
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-)
+import "github.com/NVIDIA/go-nvml/pkg/nvml"
 
-// fillInterface sets every func field of m to a function that returns
-// zero values and ERROR_NOT_SUPPORTED in its nvml.Return results,
-// except that a call whose first parameter is a handle that has the same
-// call as a method (DeviceGetName(device): device.GetName()) is forwarded
-// to the handle, and answers ERROR_INVALID_ARGUMENT for a nil handle.
-func fillInterface(m *mock.Interface) {
-	m.ComputeInstanceDestroyFunc = func(a0 nvml.ComputeInstance) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.Destroy()
-	}
-	m.ComputeInstanceGetInfoFunc = func(a0 nvml.ComputeInstance) (r0 nvml.ComputeInstanceInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetInfo()
-	}
-	m.DeviceClearAccountingPidsFunc = func(a0 nvml.Device) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ClearAccountingPids()
-	}
-	m.DeviceClearCpuAffinityFunc = func(a0 nvml.Device) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ClearCpuAffinity()
-	}
-	m.DeviceClearEccErrorCountsFunc = func(a0 nvml.Device, a1 nvml.EccCounterType) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ClearEccErrorCounts(a1)
-	}
-	m.DeviceClearFieldValuesFunc = func(a0 nvml.Device, a1 []nvml.FieldValue) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ClearFieldValues(a1)
-	}
-	m.DeviceCreateGpuInstanceFunc = func(a0 nvml.Device, a1 *nvml.GpuInstanceProfileInfo) (r0 nvml.GpuInstance, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.CreateGpuInstance(a1)
-	}
-	m.DeviceCreateGpuInstanceWithPlacementFunc = func(a0 nvml.Device, a1 *nvml.GpuInstanceProfileInfo, a2 *nvml.GpuInstancePlacement) (r0 nvml.GpuInstance, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.CreateGpuInstanceWithPlacement(a1, a2)
-	}
-	m.DeviceDiscoverGpusFunc = func() (r0 nvml.PciInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceFreezeNvLinkUtilizationCounterFunc = func(a0 nvml.Device, a1 int, a2 int, a3 nvml.EnableState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.FreezeNvLinkUtilizationCounter(a1, a2, a3)
-	}
-	m.DeviceGetAPIRestrictionFunc = func(a0 nvml.Device, a1 nvml.RestrictedAPI) (r0 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAPIRestriction(a1)
-	}
-	m.DeviceGetAccountingBufferSizeFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAccountingBufferSize()
-	}
-	m.DeviceGetAccountingModeFunc = func(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAccountingMode()
-	}
-	m.DeviceGetAccountingPidsFunc = func(a0 nvml.Device) (r0 []int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAccountingPids()
-	}
-	m.DeviceGetAccountingStatsFunc = func(a0 nvml.Device, a1 uint32) (r0 nvml.AccountingStats, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAccountingStats(a1)
-	}
-	m.DeviceGetAccountingStats_v2Func = func(a0 nvml.Device, a1 uint32) (r0 nvml.AccountingStats_v2, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAccountingStats_v2(a1)
-	}
-	m.DeviceGetActiveVgpusFunc = func(a0 nvml.Device) (r0 []nvml.VgpuInstance, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetActiveVgpus()
-	}
-	m.DeviceGetAdaptiveClockInfoStatusFunc = func(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAdaptiveClockInfoStatus()
-	}
-	m.DeviceGetAdaptiveTgpModeInfo_v1Func = func(a0 nvml.Device) (r0 nvml.AdaptiveTgpModeInfo_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAdaptiveTgpModeInfo_v1()
-	}
-	m.DeviceGetAddressingModeFunc = func(a0 nvml.Device) (r0 nvml.DeviceAddressingMode, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAddressingMode()
-	}
-	m.DeviceGetApplicationsClockFunc = func(a0 nvml.Device, a1 nvml.ClockType) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetApplicationsClock(a1)
-	}
-	m.DeviceGetArchitectureFunc = func(a0 nvml.Device) (r0 nvml.DeviceArchitecture, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetArchitecture()
-	}
-	m.DeviceGetAttributesFunc = func(a0 nvml.Device) (r0 nvml.DeviceAttributes, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAttributes()
-	}
-	m.DeviceGetAutoBoostedClocksEnabledFunc = func(a0 nvml.Device) (r0 nvml.EnableState, r1 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetAutoBoostedClocksEnabled()
-	}
-	m.DeviceGetBAR1MemoryInfoFunc = func(a0 nvml.Device) (r0 nvml.BAR1Memory, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetBAR1MemoryInfo()
-	}
-	m.DeviceGetBBXTimeData_v1Func = func(a0 nvml.Device) (r0 nvml.BBXTimeData_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetBBXTimeData_v1()
-	}
-	m.DeviceGetBankRemapperStatus_v1Func = func(a0 nvml.Device) (r0 nvml.EccBankRemapperStatus_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetBankRemapperStatus_v1()
-	}
-	m.DeviceGetBoardIdFunc = func(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetBoardId()
-	}
-	m.DeviceGetBoardPartNumberFunc = func(a0 nvml.Device) (r0 string, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetBoardPartNumber()
-	}
-	m.DeviceGetBrandFunc = func(a0 nvml.Device) (r0 nvml.BrandType, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetBrand()
-	}
-	m.DeviceGetBridgeChipInfoFunc = func(a0 nvml.Device) (r0 nvml.BridgeChipHierarchy, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetBridgeChipInfo()
-	}
-	m.DeviceGetBusTypeFunc = func(a0 nvml.Device) (r0 nvml.BusType, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetBusType()
-	}
-	m.DeviceGetC2cModeInfoVFunc = func(a0 nvml.Device) (r0 nvml.C2cModeInfoHandler) {
-		if a0 == nil {
-			return r0
-		}
-		return a0.GetC2cModeInfoV()
-	}
-	m.DeviceGetCapabilitiesFunc = func(a0 nvml.Device) (r0 nvml.DeviceCapabilities, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCapabilities()
-	}
-	m.DeviceGetClkMonStatusFunc = func(a0 nvml.Device) (r0 nvml.ClkMonStatus, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetClkMonStatus()
-	}
-	m.DeviceGetClockFunc = func(a0 nvml.Device, a1 nvml.ClockType, a2 nvml.ClockId) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetClock(a1, a2)
-	}
-	m.DeviceGetClockInfoFunc = func(a0 nvml.Device, a1 nvml.ClockType) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetClockInfo(a1)
-	}
-	m.DeviceGetClockOffsetsFunc = func(a0 nvml.Device) (r0 nvml.ClockOffset, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetClockOffsets()
-	}
-	m.DeviceGetComputeInstanceIdFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetComputeInstanceId()
-	}
-	m.DeviceGetComputeModeFunc = func(a0 nvml.Device) (r0 nvml.ComputeMode, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetComputeMode()
-	}
-	m.DeviceGetComputeRunningProcessesFunc = func(a0 nvml.Device) (r0 []nvml.ProcessInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetComputeRunningProcesses()
-	}
-	m.DeviceGetConfComputeGpuAttestationReportFunc = func(a0 nvml.Device, a1 *nvml.ConfComputeGpuAttestationReport) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetConfComputeGpuAttestationReport(a1)
-	}
-	m.DeviceGetConfComputeGpuCertificateFunc = func(a0 nvml.Device) (r0 nvml.ConfComputeGpuCertificate, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetConfComputeGpuCertificate()
-	}
-	m.DeviceGetConfComputeMemSizeInfoFunc = func(a0 nvml.Device) (r0 nvml.ConfComputeMemSizeInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetConfComputeMemSizeInfo()
-	}
-	m.DeviceGetConfComputeProtectedMemoryUsageFunc = func(a0 nvml.Device) (r0 nvml.Memory, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetConfComputeProtectedMemoryUsage()
-	}
-	m.DeviceGetCoolerInfoFunc = func(a0 nvml.Device) (r0 nvml.CoolerInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCoolerInfo()
-	}
-	m.DeviceGetCountFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceGetCpuAffinityFunc = func(a0 nvml.Device, a1 int) (r0 []uint, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCpuAffinity(a1)
-	}
-	m.DeviceGetCpuAffinityWithinScopeFunc = func(a0 nvml.Device, a1 int, a2 nvml.AffinityScope) (r0 []uint, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCpuAffinityWithinScope(a1, a2)
-	}
-	m.DeviceGetCreatableVgpusFunc = func(a0 nvml.Device) (r0 []nvml.VgpuTypeId, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCreatableVgpus()
-	}
-	m.DeviceGetCudaComputeCapabilityFunc = func(a0 nvml.Device) (r0 int, r1 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCudaComputeCapability()
-	}
-	m.DeviceGetCurrPcieLinkGenerationFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCurrPcieLinkGeneration()
-	}
-	m.DeviceGetCurrPcieLinkWidthFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCurrPcieLinkWidth()
-	}
-	m.DeviceGetCurrentClockFreqsFunc = func(a0 nvml.Device) (r0 nvml.DeviceCurrentClockFreqs, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCurrentClockFreqs()
-	}
-	m.DeviceGetCurrentClocksEventReasonsFunc = func(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCurrentClocksEventReasons()
-	}
-	m.DeviceGetCurrentClocksThrottleReasonsFunc = func(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCurrentClocksThrottleReasons()
-	}
-	m.DeviceGetDecoderUtilizationFunc = func(a0 nvml.Device) (r0 uint32, r1 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDecoderUtilization()
-	}
-	m.DeviceGetDefaultApplicationsClockFunc = func(a0 nvml.Device, a1 nvml.ClockType) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDefaultApplicationsClock(a1)
-	}
-	m.DeviceGetDefaultEccModeFunc = func(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDefaultEccMode()
-	}
-	m.DeviceGetDetailedEccErrorsFunc = func(a0 nvml.Device, a1 nvml.MemoryErrorType, a2 nvml.EccCounterType) (r0 nvml.EccErrorCounts, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDetailedEccErrors(a1, a2)
-	}
-	m.DeviceGetDeviceHandleFromMigDeviceHandleFunc = func(a0 nvml.Device) (r0 nvml.Device, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDeviceHandleFromMigDeviceHandle()
-	}
-	m.DeviceGetDisplayActiveFunc = func(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDisplayActive()
-	}
-	m.DeviceGetDisplayModeFunc = func(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDisplayMode()
-	}
-	m.DeviceGetDramEncryptionModeFunc = func(a0 nvml.Device) (r0 nvml.DramEncryptionInfo, r1 nvml.DramEncryptionInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDramEncryptionMode()
-	}
-	m.DeviceGetDriverModelFunc = func(a0 nvml.Device) (r0 nvml.DriverModel, r1 nvml.DriverModel, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDriverModel()
-	}
-	m.DeviceGetDriverModel_v2Func = func(a0 nvml.Device) (r0 nvml.DriverModel, r1 nvml.DriverModel, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDriverModel_v2()
-	}
-	m.DeviceGetDynamicPstatesInfoFunc = func(a0 nvml.Device) (r0 nvml.GpuDynamicPstatesInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetDynamicPstatesInfo()
-	}
-	m.DeviceGetEccModeFunc = func(a0 nvml.Device) (r0 nvml.EnableState, r1 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetEccMode()
-	}
-	m.DeviceGetEncoderCapacityFunc = func(a0 nvml.Device, a1 nvml.EncoderType) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetEncoderCapacity(a1)
-	}
-	m.DeviceGetEncoderSessionsFunc = func(a0 nvml.Device) (r0 []nvml.EncoderSessionInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetEncoderSessions()
-	}
-	m.DeviceGetEncoderStatsFunc = func(a0 nvml.Device) (r0 int, r1 uint32, r2 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, r2, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetEncoderStats()
-	}
-	m.DeviceGetEncoderUtilizationFunc = func(a0 nvml.Device) (r0 uint32, r1 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetEncoderUtilization()
-	}
-	m.DeviceGetEnforcedPowerLimitFunc = func(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetEnforcedPowerLimit()
-	}
-	m.DeviceGetFBCSessionsFunc = func(a0 nvml.Device) (r0 []nvml.FBCSessionInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetFBCSessions()
-	}
-	m.DeviceGetFBCStatsFunc = func(a0 nvml.Device) (r0 nvml.FBCStats, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetFBCStats()
-	}
-	m.DeviceGetFanControlPolicy_v2Func = func(a0 nvml.Device, a1 int) (r0 nvml.FanControlPolicy, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetFanControlPolicy_v2(a1)
-	}
-	m.DeviceGetFanSpeedFunc = func(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetFanSpeed()
-	}
-	m.DeviceGetFanSpeedRPMFunc = func(a0 nvml.Device) (r0 nvml.FanSpeedInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetFanSpeedRPM()
-	}
-	m.DeviceGetFanSpeed_v2Func = func(a0 nvml.Device, a1 int) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetFanSpeed_v2(a1)
-	}
-	m.DeviceGetFieldValuesFunc = func(a0 nvml.Device, a1 []nvml.FieldValue) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetFieldValues(a1)
-	}
-	m.DeviceGetGpcClkMinMaxVfOffsetFunc = func(a0 nvml.Device) (r0 int, r1 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpcClkMinMaxVfOffset()
-	}
-	m.DeviceGetGpcClkVfOffsetFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpcClkVfOffset()
-	}
-	m.DeviceGetGpuFabricInfoFunc = func(a0 nvml.Device) (r0 nvml.GpuFabricInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuFabricInfo()
-	}
-	m.DeviceGetGpuFabricInfoVFunc = func(a0 nvml.Device) (r0 nvml.GpuFabricInfoHandler) {
-		if a0 == nil {
-			return r0
-		}
-		return a0.GetGpuFabricInfoV()
-	}
-	m.DeviceGetGpuFabricInfo_v4Func = func(a0 nvml.Device) (r0 nvml.GpuFabricInfo_v4, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuFabricInfo_v4()
-	}
-	m.DeviceGetGpuInstanceByIdFunc = func(a0 nvml.Device, a1 int) (r0 nvml.GpuInstance, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuInstanceById(a1)
-	}
-	m.DeviceGetGpuInstanceIdFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuInstanceId()
-	}
-	m.DeviceGetGpuInstancePossiblePlacementsFunc = func(a0 nvml.Device, a1 *nvml.GpuInstanceProfileInfo) (r0 []nvml.GpuInstancePlacement, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuInstancePossiblePlacements(a1)
-	}
-	m.DeviceGetGpuInstanceProfileInfoFunc = func(a0 nvml.Device, a1 int) (r0 nvml.GpuInstanceProfileInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuInstanceProfileInfo(a1)
-	}
-	m.DeviceGetGpuInstanceProfileInfoByIdVFunc = func(a0 nvml.Device, a1 int) (r0 nvml.GpuInstanceProfileInfoByIdHandler) {
-		if a0 == nil {
-			return r0
-		}
-		return a0.GetGpuInstanceProfileInfoByIdV(a1)
-	}
-	m.DeviceGetGpuInstanceProfileInfoVFunc = func(a0 nvml.Device, a1 int) (r0 nvml.GpuInstanceProfileInfoHandler) {
-		if a0 == nil {
-			return r0
-		}
-		return a0.GetGpuInstanceProfileInfoV(a1)
-	}
-	m.DeviceGetGpuInstanceRemainingCapacityFunc = func(a0 nvml.Device, a1 *nvml.GpuInstanceProfileInfo) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuInstanceRemainingCapacity(a1)
-	}
-	m.DeviceGetGpuInstancesFunc = func(a0 nvml.Device, a1 *nvml.GpuInstanceProfileInfo) (r0 []nvml.GpuInstance, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuInstances(a1)
-	}
-	m.DeviceGetGpuMaxPcieLinkGenerationFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuMaxPcieLinkGeneration()
-	}
-	m.DeviceGetGpuOperationModeFunc = func(a0 nvml.Device) (r0 nvml.GpuOperationMode, r1 nvml.GpuOperationMode, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuOperationMode()
-	}
-	m.DeviceGetGraphicsRunningProcessesFunc = func(a0 nvml.Device) (r0 []nvml.ProcessInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGraphicsRunningProcesses()
-	}
-	m.DeviceGetGridLicensableFeaturesFunc = func(a0 nvml.Device) (r0 nvml.GridLicensableFeatures, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGridLicensableFeatures()
-	}
-	m.DeviceGetGspFirmwareModeFunc = func(a0 nvml.Device) (r0 bool, r1 bool, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGspFirmwareMode()
-	}
-	m.DeviceGetGspFirmwareVersionFunc = func(a0 nvml.Device) (r0 string, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGspFirmwareVersion()
-	}
-	m.DeviceGetHandleByIndexFunc = func(int) (r0 nvml.Device, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceGetHandleByPciBusIdFunc = func(string) (r0 nvml.Device, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceGetHandleBySerialFunc = func(string) (r0 nvml.Device, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceGetHandleByUUIDFunc = func(string) (r0 nvml.Device, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceGetHandleByUUIDVFunc = func(*nvml.UUID) (r0 nvml.Device, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceGetHostVgpuModeFunc = func(a0 nvml.Device) (r0 nvml.HostVgpuMode, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetHostVgpuMode()
-	}
-	m.DeviceGetHostname_v1Func = func(a0 nvml.Device) (r0 string, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetHostname_v1()
-	}
-	m.DeviceGetIndexFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetIndex()
-	}
-	m.DeviceGetInforomConfigurationChecksumFunc = func(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetInforomConfigurationChecksum()
-	}
-	m.DeviceGetInforomImageVersionFunc = func(a0 nvml.Device) (r0 string, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetInforomImageVersion()
-	}
-	m.DeviceGetInforomVersionFunc = func(a0 nvml.Device, a1 nvml.InforomObject) (r0 string, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetInforomVersion(a1)
-	}
-	m.DeviceGetIrqNumFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetIrqNum()
-	}
-	m.DeviceGetJpgUtilizationFunc = func(a0 nvml.Device) (r0 uint32, r1 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetJpgUtilization()
-	}
-	m.DeviceGetLastBBXFlushTimeFunc = func(a0 nvml.Device) (r0 uint64, r1 uint, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetLastBBXFlushTime()
-	}
-	m.DeviceGetMPSComputeRunningProcessesFunc = func(a0 nvml.Device) (r0 []nvml.ProcessInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMPSComputeRunningProcesses()
-	}
-	m.DeviceGetMarginTemperatureFunc = func(a0 nvml.Device) (r0 nvml.MarginTemperature, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMarginTemperature()
-	}
-	m.DeviceGetMaxClockInfoFunc = func(a0 nvml.Device, a1 nvml.ClockType) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMaxClockInfo(a1)
-	}
-	m.DeviceGetMaxCustomerBoostClockFunc = func(a0 nvml.Device, a1 nvml.ClockType) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMaxCustomerBoostClock(a1)
-	}
-	m.DeviceGetMaxMigDeviceCountFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMaxMigDeviceCount()
-	}
-	m.DeviceGetMaxPcieLinkGenerationFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMaxPcieLinkGeneration()
-	}
-	m.DeviceGetMaxPcieLinkWidthFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMaxPcieLinkWidth()
-	}
-	m.DeviceGetMemClkMinMaxVfOffsetFunc = func(a0 nvml.Device) (r0 int, r1 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMemClkMinMaxVfOffset()
-	}
-	m.DeviceGetMemClkVfOffsetFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMemClkVfOffset()
-	}
-	m.DeviceGetMemoryAffinityFunc = func(a0 nvml.Device, a1 int, a2 nvml.AffinityScope) (r0 []uint, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMemoryAffinity(a1, a2)
-	}
-	m.DeviceGetMemoryBusWidthFunc = func(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMemoryBusWidth()
-	}
-	m.DeviceGetMemoryErrorCounterFunc = func(a0 nvml.Device, a1 nvml.MemoryErrorType, a2 nvml.EccCounterType, a3 nvml.MemoryLocation) (r0 uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMemoryErrorCounter(a1, a2, a3)
-	}
-	m.DeviceGetMemoryInfoFunc = func(a0 nvml.Device) (r0 nvml.Memory, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMemoryInfo()
-	}
-	m.DeviceGetMemoryInfo_v2Func = func(a0 nvml.Device) (r0 nvml.Memory_v2, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMemoryInfo_v2()
-	}
-	m.DeviceGetMemoryLimits_v1Func = func(a0 nvml.Device, a1 string) (r0 nvml.MemoryLimits_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMemoryLimits_v1(a1)
-	}
-	m.DeviceGetMigDeviceHandleByIndexFunc = func(a0 nvml.Device, a1 int) (r0 nvml.Device, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMigDeviceHandleByIndex(a1)
-	}
-	m.DeviceGetMigModeFunc = func(a0 nvml.Device) (r0 int, r1 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMigMode()
-	}
-	m.DeviceGetMinMaxClockOfPStateFunc = func(a0 nvml.Device, a1 nvml.ClockType, a2 nvml.Pstates) (r0 uint32, r1 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMinMaxClockOfPState(a1, a2)
-	}
-	m.DeviceGetMinMaxFanSpeedFunc = func(a0 nvml.Device) (r0 int, r1 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMinMaxFanSpeed()
-	}
-	m.DeviceGetMinorNumberFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMinorNumber()
-	}
-	m.DeviceGetModuleIdFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetModuleId()
-	}
-	m.DeviceGetMultiGpuBoardFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetMultiGpuBoard()
-	}
-	m.DeviceGetNameFunc = func(a0 nvml.Device) (r0 string, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetName()
-	}
-	m.DeviceGetNumFansFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNumFans()
-	}
-	m.DeviceGetNumGpuCoresFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNumGpuCores()
-	}
-	m.DeviceGetNumaNodeIdFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNumaNodeId()
-	}
-	m.DeviceGetNvLinkCapabilityFunc = func(a0 nvml.Device, a1 int, a2 nvml.NvLinkCapability) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvLinkCapability(a1, a2)
-	}
-	m.DeviceGetNvLinkErrorCounterFunc = func(a0 nvml.Device, a1 int, a2 nvml.NvLinkErrorCounter) (r0 uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvLinkErrorCounter(a1, a2)
-	}
-	m.DeviceGetNvLinkInfoFunc = func(a0 nvml.Device) (r0 nvml.NvLinkInfoHandler) {
-		if a0 == nil {
-			return r0
-		}
-		return a0.GetNvLinkInfo()
-	}
-	m.DeviceGetNvLinkRemoteDeviceTypeFunc = func(a0 nvml.Device, a1 int) (r0 nvml.IntNvLinkDeviceType, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvLinkRemoteDeviceType(a1)
-	}
-	m.DeviceGetNvLinkRemotePciInfoFunc = func(a0 nvml.Device, a1 int) (r0 nvml.PciInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvLinkRemotePciInfo(a1)
-	}
-	m.DeviceGetNvLinkStateFunc = func(a0 nvml.Device, a1 int) (r0 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvLinkState(a1)
-	}
-	m.DeviceGetNvLinkTelemetrySamples_v1Func = func(a0 nvml.Device, a1 nvml.NvlinkTelemetrySamples_v1) (r0 nvml.NvlinkTelemetrySamples_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvLinkTelemetrySamples_v1(a1)
-	}
-	m.DeviceGetNvLinkUtilizationControlFunc = func(a0 nvml.Device, a1 int, a2 int) (r0 nvml.NvLinkUtilizationControl, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvLinkUtilizationControl(a1, a2)
-	}
-	m.DeviceGetNvLinkUtilizationCounterFunc = func(a0 nvml.Device, a1 int, a2 int) (r0 uint64, r1 uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvLinkUtilizationCounter(a1, a2)
-	}
-	m.DeviceGetNvLinkVersionFunc = func(a0 nvml.Device, a1 int) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvLinkVersion(a1)
-	}
-	m.DeviceGetNvlinkBwModeFunc = func(a0 nvml.Device) (r0 nvml.NvlinkGetBwMode, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvlinkBwMode()
-	}
-	m.DeviceGetNvlinkSupportedBwModesFunc = func(a0 nvml.Device) (r0 nvml.NvlinkSupportedBwModes, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetNvlinkSupportedBwModes()
-	}
-	m.DeviceGetOfaUtilizationFunc = func(a0 nvml.Device) (r0 uint32, r1 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetOfaUtilization()
-	}
-	m.DeviceGetP2PStatusFunc = func(a0 nvml.Device, a1 nvml.Device, a2 nvml.GpuP2PCapsIndex) (r0 nvml.GpuP2PStatus, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetP2PStatus(a1, a2)
-	}
-	m.DeviceGetPciInfoFunc = func(a0 nvml.Device) (r0 nvml.PciInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPciInfo()
-	}
-	m.DeviceGetPciInfoExtFunc = func(a0 nvml.Device) (r0 nvml.PciInfoExt, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPciInfoExt()
-	}
-	m.DeviceGetPcieLinkMaxSpeedFunc = func(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPcieLinkMaxSpeed()
-	}
-	m.DeviceGetPcieReplayCounterFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPcieReplayCounter()
-	}
-	m.DeviceGetPcieSpeedFunc = func(a0 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPcieSpeed()
-	}
-	m.DeviceGetPcieThroughputFunc = func(a0 nvml.Device, a1 nvml.PcieUtilCounter) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPcieThroughput(a1)
-	}
-	m.DeviceGetPdiFunc = func(a0 nvml.Device) (r0 nvml.Pdi, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPdi()
-	}
-	m.DeviceGetPerformanceModesFunc = func(a0 nvml.Device) (r0 nvml.DevicePerfModes, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPerformanceModes()
-	}
-	m.DeviceGetPerformanceStateFunc = func(a0 nvml.Device) (r0 nvml.Pstates, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPerformanceState()
-	}
-	m.DeviceGetPersistenceModeFunc = func(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPersistenceMode()
-	}
-	m.DeviceGetPgpuMetadataStringFunc = func(a0 nvml.Device) (r0 string, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPgpuMetadataString()
-	}
-	m.DeviceGetPlatformInfoFunc = func(a0 nvml.Device) (r0 nvml.PlatformInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPlatformInfo()
-	}
-	m.DeviceGetPowerManagementDefaultLimitFunc = func(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPowerManagementDefaultLimit()
-	}
-	m.DeviceGetPowerManagementLimitFunc = func(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPowerManagementLimit()
-	}
-	m.DeviceGetPowerManagementLimitConstraintsFunc = func(a0 nvml.Device) (r0 uint32, r1 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPowerManagementLimitConstraints()
-	}
-	m.DeviceGetPowerManagementModeFunc = func(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPowerManagementMode()
-	}
-	m.DeviceGetPowerMizerMode_v1Func = func(a0 nvml.Device) (r0 nvml.DevicePowerMizerModes_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPowerMizerMode_v1()
-	}
-	m.DeviceGetPowerSourceFunc = func(a0 nvml.Device) (r0 nvml.PowerSource, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPowerSource()
-	}
-	m.DeviceGetPowerStateFunc = func(a0 nvml.Device) (r0 nvml.Pstates, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPowerState()
-	}
-	m.DeviceGetPowerUsageFunc = func(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetPowerUsage()
-	}
-	m.DeviceGetProcessUtilizationFunc = func(a0 nvml.Device, a1 uint64) (r0 []nvml.ProcessUtilizationSample, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetProcessUtilization(a1)
-	}
-	m.DeviceGetProcessesUtilizationInfoFunc = func(a0 nvml.Device) (r0 nvml.ProcessesUtilizationInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetProcessesUtilizationInfo()
-	}
-	m.DeviceGetRemappedRowsFunc = func(a0 nvml.Device) (r0 int, r1 int, r2 bool, r3 bool, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, r2, r3, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetRemappedRows()
-	}
-	m.DeviceGetRemappedRows_v2Func = func(a0 nvml.Device) (r0 nvml.RemappedRowsInfo_v2, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetRemappedRows_v2()
-	}
-	m.DeviceGetRepairStatusFunc = func(a0 nvml.Device) (r0 nvml.RepairStatus, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetRepairStatus()
-	}
-	m.DeviceGetRetiredPagesFunc = func(a0 nvml.Device, a1 nvml.PageRetirementCause) (r0 []uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetRetiredPages(a1)
-	}
-	m.DeviceGetRetiredPagesPendingStatusFunc = func(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetRetiredPagesPendingStatus()
-	}
-	m.DeviceGetRetiredPages_v2Func = func(a0 nvml.Device, a1 nvml.PageRetirementCause) (r0 []uint64, r1 []uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetRetiredPages_v2(a1)
-	}
-	m.DeviceGetRowRemapperHistogramFunc = func(a0 nvml.Device) (r0 nvml.RowRemapperHistogramValues, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetRowRemapperHistogram()
-	}
-	m.DeviceGetRunningProcessDetailListFunc = func(a0 nvml.Device) (r0 nvml.ProcessDetailList, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetRunningProcessDetailList()
-	}
-	m.DeviceGetSamplesFunc = func(a0 nvml.Device, a1 nvml.SamplingType, a2 uint64) (r0 nvml.ValueType, r1 []nvml.Sample, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSamples(a1, a2)
-	}
-	m.DeviceGetSerialFunc = func(a0 nvml.Device) (r0 string, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSerial()
-	}
-	m.DeviceGetSramEccErrorStatusFunc = func(a0 nvml.Device) (r0 nvml.EccSramErrorStatus, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSramEccErrorStatus()
-	}
-	m.DeviceGetSramUniqueUncorrectedEccErrorCountsFunc = func(a0 nvml.Device, a1 *nvml.EccSramUniqueUncorrectedErrorCounts) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSramUniqueUncorrectedEccErrorCounts(a1)
-	}
-	m.DeviceGetSupportedClocksEventReasonsFunc = func(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSupportedClocksEventReasons()
-	}
-	m.DeviceGetSupportedClocksThrottleReasonsFunc = func(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSupportedClocksThrottleReasons()
-	}
-	m.DeviceGetSupportedEventTypesFunc = func(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSupportedEventTypes()
-	}
-	m.DeviceGetSupportedGraphicsClocksFunc = func(a0 nvml.Device, a1 int) (r0 int, r1 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSupportedGraphicsClocks(a1)
-	}
-	m.DeviceGetSupportedMemoryClocksFunc = func(a0 nvml.Device) (r0 int, r1 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSupportedMemoryClocks()
-	}
-	m.DeviceGetSupportedPerformanceStatesFunc = func(a0 nvml.Device) (r0 []nvml.Pstates, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSupportedPerformanceStates()
-	}
-	m.DeviceGetSupportedVgpusFunc = func(a0 nvml.Device) (r0 []nvml.VgpuTypeId, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetSupportedVgpus()
-	}
-	m.DeviceGetTargetFanSpeedFunc = func(a0 nvml.Device, a1 int) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetTargetFanSpeed(a1)
-	}
-	m.DeviceGetTemperatureFunc = func(a0 nvml.Device, a1 nvml.TemperatureSensors) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetTemperature(a1)
-	}
-	m.DeviceGetTemperatureThresholdFunc = func(a0 nvml.Device, a1 nvml.TemperatureThresholds) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetTemperatureThreshold(a1)
-	}
-	m.DeviceGetTemperatureVFunc = func(a0 nvml.Device) (r0 nvml.TemperatureHandler) {
-		if a0 == nil {
-			return r0
-		}
-		return a0.GetTemperatureV()
-	}
-	m.DeviceGetThermalSettingsFunc = func(a0 nvml.Device, a1 uint32) (r0 nvml.GpuThermalSettings, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetThermalSettings(a1)
-	}
-	m.DeviceGetTopologyCommonAncestorFunc = func(a0 nvml.Device, a1 nvml.Device) (r0 nvml.GpuTopologyLevel, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetTopologyCommonAncestor(a1)
-	}
-	m.DeviceGetTopologyNearestGpusFunc = func(a0 nvml.Device, a1 nvml.GpuTopologyLevel) (r0 []nvml.Device, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetTopologyNearestGpus(a1)
-	}
-	m.DeviceGetTotalEccErrorsFunc = func(a0 nvml.Device, a1 nvml.MemoryErrorType, a2 nvml.EccCounterType) (r0 uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetTotalEccErrors(a1, a2)
-	}
-	m.DeviceGetTotalEnergyConsumptionFunc = func(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetTotalEnergyConsumption()
-	}
-	m.DeviceGetUUIDFunc = func(a0 nvml.Device) (r0 string, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetUUID()
-	}
-	m.DeviceGetUnrepairableMemoryFlag_v1Func = func(a0 nvml.Device) (r0 nvml.UnrepairableMemoryStatus_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetUnrepairableMemoryFlag_v1()
-	}
-	m.DeviceGetUtilizationRatesFunc = func(a0 nvml.Device) (r0 nvml.Utilization, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetUtilizationRates()
-	}
-	m.DeviceGetVbiosVersionFunc = func(a0 nvml.Device) (r0 string, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVbiosVersion()
-	}
-	m.DeviceGetVgpuCapabilitiesFunc = func(a0 nvml.Device, a1 nvml.DeviceVgpuCapability) (r0 bool, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuCapabilities(a1)
-	}
-	m.DeviceGetVgpuHeterogeneousModeFunc = func(a0 nvml.Device) (r0 nvml.VgpuHeterogeneousMode, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuHeterogeneousMode()
-	}
-	m.DeviceGetVgpuInstancesUtilizationInfoFunc = func(a0 nvml.Device) (r0 nvml.VgpuInstancesUtilizationInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuInstancesUtilizationInfo()
-	}
-	m.DeviceGetVgpuMetadataFunc = func(a0 nvml.Device) (r0 nvml.VgpuPgpuMetadata, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuMetadata()
-	}
-	m.DeviceGetVgpuProcessUtilizationFunc = func(a0 nvml.Device, a1 uint64) (r0 []nvml.VgpuProcessUtilizationSample, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuProcessUtilization(a1)
-	}
-	m.DeviceGetVgpuProcessesUtilizationInfoFunc = func(a0 nvml.Device) (r0 nvml.VgpuProcessesUtilizationInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuProcessesUtilizationInfo()
-	}
-	m.DeviceGetVgpuSchedulerCapabilitiesFunc = func(a0 nvml.Device) (r0 nvml.VgpuSchedulerCapabilities, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuSchedulerCapabilities()
-	}
-	m.DeviceGetVgpuSchedulerLogFunc = func(a0 nvml.Device) (r0 nvml.VgpuSchedulerLog, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuSchedulerLog()
-	}
-	m.DeviceGetVgpuSchedulerLog_v2Func = func(a0 nvml.Device, a1 nvml.VgpuSchedulerLogInfo_v2) (r0 nvml.VgpuSchedulerLogInfo_v2, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuSchedulerLog_v2(a1)
-	}
-	m.DeviceGetVgpuSchedulerStateFunc = func(a0 nvml.Device) (r0 nvml.VgpuSchedulerGetState, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuSchedulerState()
-	}
-	m.DeviceGetVgpuSchedulerState_v2Func = func(a0 nvml.Device, a1 nvml.VgpuSchedulerStateInfo_v2) (r0 nvml.VgpuSchedulerStateInfo_v2, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuSchedulerState_v2(a1)
-	}
-	m.DeviceGetVgpuTypeCreatablePlacementsFunc = func(a0 nvml.Device, a1 nvml.VgpuTypeId) (r0 nvml.VgpuPlacementList, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuTypeCreatablePlacements(a1)
-	}
-	m.DeviceGetVgpuTypeSupportedPlacementsFunc = func(a0 nvml.Device, a1 nvml.VgpuTypeId) (r0 nvml.VgpuPlacementList, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuTypeSupportedPlacements(a1)
-	}
-	m.DeviceGetVgpuUtilizationFunc = func(a0 nvml.Device, a1 uint64) (r0 nvml.ValueType, r1 []nvml.VgpuInstanceUtilizationSample, ret nvml.Return) {
-		if a0 == nil {
-			return r0, r1, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuUtilization(a1)
-	}
-	m.DeviceGetViolationStatusFunc = func(a0 nvml.Device, a1 nvml.PerfPolicyType) (r0 nvml.ViolationTime, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetViolationStatus(a1)
-	}
-	m.DeviceGetVirtualizationModeFunc = func(a0 nvml.Device) (r0 nvml.GpuVirtualizationMode, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVirtualizationMode()
-	}
-	m.DeviceIsMigDeviceHandleFunc = func(a0 nvml.Device) (r0 bool, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.IsMigDeviceHandle()
-	}
-	m.DeviceModifyDrainStateFunc = func(*nvml.PciInfo, nvml.EnableState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceOnSameBoardFunc = func(a0 nvml.Device, a1 nvml.Device) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.OnSameBoard(a1)
-	}
-	m.DevicePerfMetricsGetSamples_v1Func = func(a0 nvml.Device) (r0 nvml.PerfMetricsSamples_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.PerfMetricsGetSamples_v1()
-	}
-	m.DevicePowerSmoothingActivatePresetProfileFunc = func(a0 nvml.Device, a1 *nvml.PowerSmoothingProfile) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.PowerSmoothingActivatePresetProfile(a1)
-	}
-	m.DevicePowerSmoothingSetStateFunc = func(a0 nvml.Device, a1 *nvml.PowerSmoothingState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.PowerSmoothingSetState(a1)
-	}
-	m.DevicePowerSmoothingUpdatePresetProfileParamFunc = func(a0 nvml.Device, a1 *nvml.PowerSmoothingProfile) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.PowerSmoothingUpdatePresetProfileParam(a1)
-	}
-	m.DeviceQueryDrainStateFunc = func(*nvml.PciInfo) (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceReadPRMCounters_v1Func = func(a0 nvml.Device, a1 []nvml.PRMCounterId, a2 int) (r0 []nvml.PRMCounter_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ReadPRMCounters_v1(a1, a2)
-	}
-	m.DeviceReadWritePRM_v1Func = func(a0 nvml.Device, a1 *nvml.PRMTLV_v1) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ReadWritePRM_v1(a1)
-	}
-	m.DeviceRegisterEventsFunc = func(a0 nvml.Device, a1 uint64, a2 nvml.EventSet) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.RegisterEvents(a1, a2)
-	}
-	m.DeviceRemoveGpuFunc = func(*nvml.PciInfo) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceRemoveGpu_v2Func = func(*nvml.PciInfo, nvml.DetachGpuState, nvml.PcieLinkState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.DeviceResetApplicationsClocksFunc = func(a0 nvml.Device) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ResetApplicationsClocks()
-	}
-	m.DeviceResetGpuLockedClocksFunc = func(a0 nvml.Device) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ResetGpuLockedClocks()
-	}
-	m.DeviceResetMemoryLockedClocksFunc = func(a0 nvml.Device) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ResetMemoryLockedClocks()
-	}
-	m.DeviceResetNvLinkErrorCountersFunc = func(a0 nvml.Device, a1 int) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ResetNvLinkErrorCounters(a1)
-	}
-	m.DeviceResetNvLinkUtilizationCounterFunc = func(a0 nvml.Device, a1 int, a2 int) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ResetNvLinkUtilizationCounter(a1, a2)
-	}
-	m.DeviceSetAPIRestrictionFunc = func(a0 nvml.Device, a1 nvml.RestrictedAPI, a2 nvml.EnableState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetAPIRestriction(a1, a2)
-	}
-	m.DeviceSetAccountingModeFunc = func(a0 nvml.Device, a1 nvml.EnableState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetAccountingMode(a1)
-	}
-	m.DeviceSetAdaptiveTgpMode_v1Func = func(a0 nvml.Device, a1 nvml.EnableState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetAdaptiveTgpMode_v1(a1)
-	}
-	m.DeviceSetApplicationsClocksFunc = func(a0 nvml.Device, a1 uint32, a2 uint32) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetApplicationsClocks(a1, a2)
-	}
-	m.DeviceSetAutoBoostedClocksEnabledFunc = func(a0 nvml.Device, a1 nvml.EnableState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetAutoBoostedClocksEnabled(a1)
-	}
-	m.DeviceSetClockOffsetsFunc = func(a0 nvml.Device, a1 nvml.ClockOffset) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetClockOffsets(a1)
-	}
-	m.DeviceSetComputeModeFunc = func(a0 nvml.Device, a1 nvml.ComputeMode) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetComputeMode(a1)
-	}
-	m.DeviceSetConfComputeUnprotectedMemSizeFunc = func(a0 nvml.Device, a1 uint64) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetConfComputeUnprotectedMemSize(a1)
-	}
-	m.DeviceSetCpuAffinityFunc = func(a0 nvml.Device) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetCpuAffinity()
-	}
-	m.DeviceSetDefaultAutoBoostedClocksEnabledFunc = func(a0 nvml.Device, a1 nvml.EnableState, a2 uint32) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetDefaultAutoBoostedClocksEnabled(a1, a2)
-	}
-	m.DeviceSetDefaultFanSpeed_v2Func = func(a0 nvml.Device, a1 int) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetDefaultFanSpeed_v2(a1)
-	}
-	m.DeviceSetDramEncryptionModeFunc = func(a0 nvml.Device, a1 *nvml.DramEncryptionInfo) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetDramEncryptionMode(a1)
-	}
-	m.DeviceSetDriverModelFunc = func(a0 nvml.Device, a1 nvml.DriverModel, a2 uint32) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetDriverModel(a1, a2)
-	}
-	m.DeviceSetEccModeFunc = func(a0 nvml.Device, a1 nvml.EnableState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetEccMode(a1)
-	}
-	m.DeviceSetFanControlPolicyFunc = func(a0 nvml.Device, a1 int, a2 nvml.FanControlPolicy) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetFanControlPolicy(a1, a2)
-	}
-	m.DeviceSetFanSpeed_v2Func = func(a0 nvml.Device, a1 int, a2 int) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetFanSpeed_v2(a1, a2)
-	}
-	m.DeviceSetGpcClkVfOffsetFunc = func(a0 nvml.Device, a1 int) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetGpcClkVfOffset(a1)
-	}
-	m.DeviceSetGpuLockedClocksFunc = func(a0 nvml.Device, a1 uint32, a2 uint32) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetGpuLockedClocks(a1, a2)
-	}
-	m.DeviceSetGpuOperationModeFunc = func(a0 nvml.Device, a1 nvml.GpuOperationMode) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetGpuOperationMode(a1)
-	}
-	m.DeviceSetHostname_v1Func = func(a0 nvml.Device, a1 string) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetHostname_v1(a1)
-	}
-	m.DeviceSetMemClkVfOffsetFunc = func(a0 nvml.Device, a1 int) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetMemClkVfOffset(a1)
-	}
-	m.DeviceSetMemoryLimits_v1Func = func(a0 nvml.Device, a1 string, a2 uint64, a3 uint64) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetMemoryLimits_v1(a1, a2, a3)
-	}
-	m.DeviceSetMemoryLockedClocksFunc = func(a0 nvml.Device, a1 uint32, a2 uint32) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetMemoryLockedClocks(a1, a2)
-	}
-	m.DeviceSetMigModeFunc = func(a0 nvml.Device, a1 int) (nvml.Return, nvml.Return) {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetMigMode(a1)
-	}
-	m.DeviceSetNvLinkDeviceLowPowerThresholdFunc = func(a0 nvml.Device, a1 *nvml.NvLinkPowerThres) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetNvLinkDeviceLowPowerThreshold(a1)
-	}
-	m.DeviceSetNvLinkUtilizationControlFunc = func(a0 nvml.Device, a1 int, a2 int, a3 *nvml.NvLinkUtilizationControl, a4 bool) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetNvLinkUtilizationControl(a1, a2, a3, a4)
-	}
-	m.DeviceSetNvlinkBwModeFunc = func(a0 nvml.Device, a1 *nvml.NvlinkSetBwMode) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetNvlinkBwMode(a1)
-	}
-	m.DeviceSetNvlinkBwModeAsync_v1Func = func(a0 nvml.Device, a1 *nvml.NvlinkSetBwModeAsync_v1) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetNvlinkBwModeAsync_v1(a1)
-	}
-	m.DeviceSetPersistenceModeFunc = func(a0 nvml.Device, a1 nvml.EnableState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetPersistenceMode(a1)
-	}
-	m.DeviceSetPowerManagementLimitFunc = func(a0 nvml.Device, a1 uint32) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetPowerManagementLimit(a1)
-	}
-	m.DeviceSetPowerManagementLimit_v2Func = func(a0 nvml.Device, a1 *nvml.PowerValue_v2) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetPowerManagementLimit_v2(a1)
-	}
-	m.DeviceSetRusdSettings_v1Func = func(a0 nvml.Device, a1 nvml.RusdSettings_v1) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetRusdSettings_v1(a1)
-	}
-	m.DeviceSetTemperatureThresholdFunc = func(a0 nvml.Device, a1 nvml.TemperatureThresholds, a2 int) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetTemperatureThreshold(a1, a2)
-	}
-	m.DeviceSetVgpuCapabilitiesFunc = func(a0 nvml.Device, a1 nvml.DeviceVgpuCapability, a2 nvml.EnableState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetVgpuCapabilities(a1, a2)
-	}
-	m.DeviceSetVgpuHeterogeneousModeFunc = func(a0 nvml.Device, a1 nvml.VgpuHeterogeneousMode) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetVgpuHeterogeneousMode(a1)
-	}
-	m.DeviceSetVgpuSchedulerStateFunc = func(a0 nvml.Device, a1 *nvml.VgpuSchedulerSetState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetVgpuSchedulerState(a1)
-	}
-	m.DeviceSetVgpuSchedulerState_v2Func = func(a0 nvml.Device, a1 *nvml.VgpuSchedulerState_v2) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetVgpuSchedulerState_v2(a1)
-	}
-	m.DeviceSetVirtualizationModeFunc = func(a0 nvml.Device, a1 nvml.GpuVirtualizationMode) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetVirtualizationMode(a1)
-	}
-	m.DeviceValidateInforomFunc = func(a0 nvml.Device) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.ValidateInforom()
-	}
-	m.DeviceVgpuForceGspUnloadFunc = func(a0 nvml.Device) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.VgpuForceGspUnload()
-	}
-	m.DeviceWorkloadPowerProfileClearRequestedProfilesFunc = func(a0 nvml.Device, a1 *nvml.WorkloadPowerProfileRequestedProfiles) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.WorkloadPowerProfileClearRequestedProfiles(a1)
-	}
-	m.DeviceWorkloadPowerProfileGetCurrentProfilesFunc = func(a0 nvml.Device) (r0 nvml.WorkloadPowerProfileCurrentProfiles, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.WorkloadPowerProfileGetCurrentProfiles()
-	}
-	m.DeviceWorkloadPowerProfileGetProfilesInfoFunc = func(a0 nvml.Device) (r0 nvml.WorkloadPowerProfileProfilesInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.WorkloadPowerProfileGetProfilesInfo()
-	}
-	m.DeviceWorkloadPowerProfileSetRequestedProfilesFunc = func(a0 nvml.Device, a1 *nvml.WorkloadPowerProfileRequestedProfiles) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.WorkloadPowerProfileSetRequestedProfiles(a1)
-	}
-	m.DeviceWorkloadPowerProfileUpdateProfiles_v1Func = func(a0 nvml.Device, a1 nvml.PowerProfileOperation, a2 []nvml.PowerProfileType) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.WorkloadPowerProfileUpdateProfiles_v1(a1, a2)
-	}
-	m.ErrorStringFunc = func(nvml.Return) (r0 string) {
-		return r0
-	}
-	m.EventSetCreateFunc = func() (r0 nvml.EventSet, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.EventSetFreeFunc = func(a0 nvml.EventSet) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.Free()
-	}
-	m.EventSetGetContextCount_v1Func = func(a0 nvml.EventSet) (r0 nvml.GetContextCount_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetContextCount_v1()
-	}
-	m.EventSetGetContextData_v1Func = func(a0 nvml.EventSet, a1 nvml.GetContextData_v1) (r0 nvml.GetContextData_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetContextData_v1(a1)
-	}
-	m.EventSetGetContextInfo_v1Func = func(a0 nvml.EventSet, a1 uint32) (r0 nvml.GetContextInfo_v1, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetContextInfo_v1(a1)
-	}
-	m.EventSetGetGpuOperationalEventContextLegacyXid_v1Func = func(a0 nvml.EventSet, a1 uint32) (r0 uint32, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetGpuOperationalEventContextLegacyXid_v1(a1)
-	}
-	m.EventSetRegisterGpuOperationalEvents_v1Func = func(a0 nvml.EventSet, a1 *nvml.GpuOperationalEventConfig_v1) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.RegisterGpuOperationalEvents_v1(a1)
-	}
-	m.EventSetWaitFunc = func(a0 nvml.EventSet, a1 uint32) (r0 nvml.EventData, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.Wait(a1)
-	}
-	m.EventSetWait_v3Func = func(a0 nvml.EventSet, a1 uint32) (r0 nvml.EventSetWaitData_v3, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.Wait_v3(a1)
-	}
-	m.ExtensionsFunc = func() (r0 nvml.ExtendedInterface) {
-		return r0
-	}
-	m.GetExcludedDeviceCountFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetExcludedDeviceInfoByIndexFunc = func(int) (r0 nvml.ExcludedDeviceInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuCompatibilityFunc = func(*nvml.VgpuMetadata, *nvml.VgpuPgpuMetadata) (r0 nvml.VgpuPgpuCompatibility, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuDriverCapabilitiesFunc = func(nvml.VgpuDriverCapability) (r0 bool, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuVersionFunc = func() (r0 nvml.VgpuVersion, r1 nvml.VgpuVersion, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmMetricsGetFunc = func(*nvml.GpmMetricsGetType) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmMetricsGetVFunc = func(*nvml.GpmMetricsGetType) (r0 nvml.GpmMetricsGetVType) {
-		return r0
-	}
-	m.GpmMigSampleGetFunc = func(nvml.Device, int, nvml.GpmSample) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmQueryDeviceSupportFunc = func(nvml.Device) (r0 nvml.GpmSupport, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmQueryDeviceSupportVFunc = func(nvml.Device) (r0 nvml.GpmSupportV) {
-		return r0
-	}
-	m.GpmQueryIfStreamingEnabledFunc = func(nvml.Device) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmSampleAllocFunc = func() (r0 nvml.GpmSample, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmSampleFreeFunc = func(nvml.GpmSample) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmSampleGetFunc = func(nvml.Device, nvml.GpmSample) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmSetStreamingEnabledFunc = func(nvml.Device, uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpuInstanceCreateComputeInstanceFunc = func(a0 nvml.GpuInstance, a1 *nvml.ComputeInstanceProfileInfo) (r0 nvml.ComputeInstance, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.CreateComputeInstance(a1)
-	}
-	m.GpuInstanceCreateComputeInstanceWithPlacementFunc = func(a0 nvml.GpuInstance, a1 *nvml.ComputeInstanceProfileInfo, a2 *nvml.ComputeInstancePlacement) (r0 nvml.ComputeInstance, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.CreateComputeInstanceWithPlacement(a1, a2)
-	}
-	m.GpuInstanceDestroyFunc = func(a0 nvml.GpuInstance) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.Destroy()
-	}
-	m.GpuInstanceGetActiveVgpusFunc = func(a0 nvml.GpuInstance) (r0 nvml.ActiveVgpuInstanceInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetActiveVgpus()
-	}
-	m.GpuInstanceGetComputeInstanceByIdFunc = func(a0 nvml.GpuInstance, a1 int) (r0 nvml.ComputeInstance, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetComputeInstanceById(a1)
-	}
-	m.GpuInstanceGetComputeInstancePossiblePlacementsFunc = func(a0 nvml.GpuInstance, a1 *nvml.ComputeInstanceProfileInfo) (r0 []nvml.ComputeInstancePlacement, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetComputeInstancePossiblePlacements(a1)
-	}
-	m.GpuInstanceGetComputeInstanceProfileInfoFunc = func(a0 nvml.GpuInstance, a1 int, a2 int) (r0 nvml.ComputeInstanceProfileInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetComputeInstanceProfileInfo(a1, a2)
-	}
-	m.GpuInstanceGetComputeInstanceProfileInfoVFunc = func(a0 nvml.GpuInstance, a1 int, a2 int) (r0 nvml.ComputeInstanceProfileInfoHandler) {
-		if a0 == nil {
-			return r0
-		}
-		return a0.GetComputeInstanceProfileInfoV(a1, a2)
-	}
-	m.GpuInstanceGetComputeInstanceRemainingCapacityFunc = func(a0 nvml.GpuInstance, a1 *nvml.ComputeInstanceProfileInfo) (r0 int, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetComputeInstanceRemainingCapacity(a1)
-	}
-	m.GpuInstanceGetComputeInstancesFunc = func(a0 nvml.GpuInstance, a1 *nvml.ComputeInstanceProfileInfo) (r0 []nvml.ComputeInstance, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetComputeInstances(a1)
-	}
-	m.GpuInstanceGetCreatableVgpusFunc = func(a0 nvml.GpuInstance) (r0 nvml.VgpuTypeIdInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetCreatableVgpus()
-	}
-	m.GpuInstanceGetInfoFunc = func(a0 nvml.GpuInstance) (r0 nvml.GpuInstanceInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetInfo()
-	}
-	m.GpuInstanceGetVgpuHeterogeneousModeFunc = func(a0 nvml.GpuInstance) (r0 nvml.VgpuHeterogeneousMode, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuHeterogeneousMode()
-	}
-	m.GpuInstanceGetVgpuSchedulerLogFunc = func(a0 nvml.GpuInstance) (r0 nvml.VgpuSchedulerLogInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuSchedulerLog()
-	}
-	m.GpuInstanceGetVgpuSchedulerLog_v2Func = func(a0 nvml.GpuInstance, a1 nvml.VgpuSchedulerLogInfo_v2) (r0 nvml.VgpuSchedulerLogInfo_v2, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuSchedulerLog_v2(a1)
-	}
-	m.GpuInstanceGetVgpuSchedulerStateFunc = func(a0 nvml.GpuInstance) (r0 nvml.VgpuSchedulerStateInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuSchedulerState()
-	}
-	m.GpuInstanceGetVgpuSchedulerState_v2Func = func(a0 nvml.GpuInstance, a1 nvml.VgpuSchedulerStateInfo_v2) (r0 nvml.VgpuSchedulerStateInfo_v2, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuSchedulerState_v2(a1)
-	}
-	m.GpuInstanceGetVgpuTypeCreatablePlacementsFunc = func(a0 nvml.GpuInstance) (r0 nvml.VgpuCreatablePlacementInfo, ret nvml.Return) {
-		if a0 == nil {
-			return r0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.GetVgpuTypeCreatablePlacements()
-	}
-	m.GpuInstanceSetVgpuHeterogeneousModeFunc = func(a0 nvml.GpuInstance, a1 *nvml.VgpuHeterogeneousMode) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetVgpuHeterogeneousMode(a1)
-	}
-	m.GpuInstanceSetVgpuSchedulerStateFunc = func(a0 nvml.GpuInstance, a1 *nvml.VgpuSchedulerState) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetVgpuSchedulerState(a1)
-	}
-	m.GpuInstanceSetVgpuSchedulerState_v2Func = func(a0 nvml.GpuInstance, a1 *nvml.VgpuSchedulerState_v2) nvml.Return {
-		if a0 == nil {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		return a0.SetVgpuSchedulerState_v2(a1)
-	}
-	m.InitFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.InitWithFlagsFunc = func(uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetVgpuVersionFunc = func(*nvml.VgpuVersion) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ShutdownFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemEventSetCreateFunc = func(*nvml.SystemEventSetCreateRequest) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemEventSetFreeFunc = func(*nvml.SystemEventSetFreeRequest) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemEventSetWaitFunc = func(*nvml.SystemEventSetWaitRequest) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetCPER_v1Func = func(*nvml.GetCPER_v1) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetConfComputeCapabilitiesFunc = func() (r0 nvml.ConfComputeSystemCaps, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetConfComputeGpusReadyStateFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetConfComputeKeyRotationThresholdInfoFunc = func() (r0 nvml.ConfComputeGetKeyRotationThresholdInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetConfComputeSettingsFunc = func() (r0 nvml.SystemConfComputeSettings, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetConfComputeStateFunc = func() (r0 nvml.ConfComputeSystemState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetCudaDriverVersionFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetCudaDriverVersion_v2Func = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetDriverBranchFunc = func() (r0 nvml.SystemDriverBranchInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetDriverVersionFunc = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetHicVersionFunc = func() (r0 []nvml.HwbcEntry, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetNVMLVersionFunc = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetNvlinkBwModeFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetProcessNameFunc = func(int) (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemGetTopologyGpuSetFunc = func(int) (r0 []nvml.Device, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemRegisterEventsFunc = func(*nvml.SystemRegisterEventRequest) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemSetConfComputeGpusReadyStateFunc = func(uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemSetConfComputeKeyRotationThresholdInfoFunc = func(nvml.ConfComputeSetKeyRotationThresholdInfo) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SystemSetNvlinkBwModeFunc = func(uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.UnitGetCountFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.UnitGetDevicesFunc = func(nvml.Unit) (r0 []nvml.Device, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.UnitGetFanSpeedInfoFunc = func(nvml.Unit) (r0 nvml.UnitFanSpeeds, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.UnitGetHandleByIndexFunc = func(int) (r0 nvml.Unit, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.UnitGetLedStateFunc = func(nvml.Unit) (r0 nvml.LedState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.UnitGetPsuInfoFunc = func(nvml.Unit) (r0 nvml.PSUInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.UnitGetTemperatureFunc = func(nvml.Unit, int) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.UnitGetUnitInfoFunc = func(nvml.Unit) (r0 nvml.UnitInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.UnitSetLedStateFunc = func(nvml.Unit, nvml.LedColor) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceClearAccountingPidsFunc = func(nvml.VgpuInstance) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetAccountingModeFunc = func(nvml.VgpuInstance) (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetAccountingPidsFunc = func(nvml.VgpuInstance) (r0 []int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetAccountingStatsFunc = func(nvml.VgpuInstance, int) (r0 nvml.AccountingStats, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetEccModeFunc = func(nvml.VgpuInstance) (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetEncoderCapacityFunc = func(nvml.VgpuInstance) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetEncoderSessionsFunc = func(nvml.VgpuInstance) (r0 int, r1 nvml.EncoderSessionInfo, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetEncoderStatsFunc = func(nvml.VgpuInstance) (r0 int, r1 uint32, r2 uint32, ret nvml.Return) {
-		return r0, r1, r2, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetFBCSessionsFunc = func(nvml.VgpuInstance) (r0 int, r1 nvml.FBCSessionInfo, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetFBCStatsFunc = func(nvml.VgpuInstance) (r0 nvml.FBCStats, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetFbUsageFunc = func(nvml.VgpuInstance) (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetFrameRateLimitFunc = func(nvml.VgpuInstance) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetGpuInstanceIdFunc = func(nvml.VgpuInstance) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetGpuPciIdFunc = func(nvml.VgpuInstance) (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetLicenseInfoFunc = func(nvml.VgpuInstance) (r0 nvml.VgpuLicenseInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetLicenseStatusFunc = func(nvml.VgpuInstance) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetMdevUUIDFunc = func(nvml.VgpuInstance) (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetMetadataFunc = func(nvml.VgpuInstance) (r0 nvml.VgpuMetadata, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetRuntimeStateSizeFunc = func(nvml.VgpuInstance) (r0 nvml.VgpuRuntimeState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetTypeFunc = func(nvml.VgpuInstance) (r0 nvml.VgpuTypeId, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetUUIDFunc = func(nvml.VgpuInstance) (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetVmDriverVersionFunc = func(nvml.VgpuInstance) (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceGetVmIDFunc = func(nvml.VgpuInstance) (r0 string, r1 nvml.VgpuVmIdType, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuInstanceSetEncoderCapacityFunc = func(nvml.VgpuInstance, int) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetBAR1InfoFunc = func(nvml.VgpuTypeId) (r0 nvml.VgpuTypeBar1Info, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetCapabilitiesFunc = func(nvml.VgpuTypeId, nvml.VgpuCapability) (r0 bool, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetClassFunc = func(nvml.VgpuTypeId) (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetDeviceIDFunc = func(nvml.VgpuTypeId) (r0 uint64, r1 uint64, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetFrameRateLimitFunc = func(nvml.VgpuTypeId) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetFramebufferSizeFunc = func(nvml.VgpuTypeId) (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetGpuInstanceProfileIdFunc = func(nvml.VgpuTypeId) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetIDFunc = func(nvml.VgpuTypeId) (r0 uint32) {
-		return r0
-	}
-	m.VgpuTypeGetLicenseFunc = func(nvml.VgpuTypeId) (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetMaxInstancesFunc = func(nvml.Device, nvml.VgpuTypeId) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetMaxInstancesPerGpuInstanceFunc = func(*nvml.VgpuTypeMaxInstance) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetMaxInstancesPerVmFunc = func(nvml.VgpuTypeId) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetNameFunc = func(nvml.VgpuTypeId) (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetNumDisplayHeadsFunc = func(nvml.VgpuTypeId) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetResolutionFunc = func(nvml.VgpuTypeId, int) (r0 uint32, r1 uint32, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
+// unsupportedLibrary implements nvml.Interface: every method returns zero
+// values and ERROR_NOT_SUPPORTED in its nvml.Return results, except that a
+// call whose first parameter is a handle that has the same call as a method
+// (DeviceGetName(device): device.GetName()) is forwarded to the handle, and
+// answers ERROR_INVALID_ARGUMENT for a nil handle. A type that embeds it
+// defines the methods it implements, which shadow these. It keeps no state:
+// calls leave nothing behind.
+type unsupportedLibrary struct{}
+
+var _ nvml.Interface = unsupportedLibrary{}
+
+func (unsupportedLibrary) ComputeInstanceDestroy(a0 nvml.ComputeInstance) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.Destroy()
 }
 
-// fillDevice sets every func field of m to a function that returns
-// zero values and ERROR_NOT_SUPPORTED in its nvml.Return results.
-func fillDevice(m *mock.Device) {
-	m.ClearAccountingPidsFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ClearCpuAffinityFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ClearEccErrorCountsFunc = func(nvml.EccCounterType) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ClearFieldValuesFunc = func([]nvml.FieldValue) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.CreateGpuInstanceFunc = func(*nvml.GpuInstanceProfileInfo) (r0 nvml.GpuInstance, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.CreateGpuInstanceWithPlacementFunc = func(*nvml.GpuInstanceProfileInfo, *nvml.GpuInstancePlacement) (r0 nvml.GpuInstance, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.FreezeNvLinkUtilizationCounterFunc = func(int, int, nvml.EnableState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAPIRestrictionFunc = func(nvml.RestrictedAPI) (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAccountingBufferSizeFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAccountingModeFunc = func() (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAccountingPidsFunc = func() (r0 []int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAccountingStatsFunc = func(uint32) (r0 nvml.AccountingStats, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAccountingStats_v2Func = func(uint32) (r0 nvml.AccountingStats_v2, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetActiveVgpusFunc = func() (r0 []nvml.VgpuInstance, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAdaptiveClockInfoStatusFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAdaptiveTgpModeInfo_v1Func = func() (r0 nvml.AdaptiveTgpModeInfo_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAddressingModeFunc = func() (r0 nvml.DeviceAddressingMode, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetApplicationsClockFunc = func(nvml.ClockType) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetArchitectureFunc = func() (r0 nvml.DeviceArchitecture, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAttributesFunc = func() (r0 nvml.DeviceAttributes, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetAutoBoostedClocksEnabledFunc = func() (r0 nvml.EnableState, r1 nvml.EnableState, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetBAR1MemoryInfoFunc = func() (r0 nvml.BAR1Memory, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetBBXTimeData_v1Func = func() (r0 nvml.BBXTimeData_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetBankRemapperStatus_v1Func = func() (r0 nvml.EccBankRemapperStatus_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetBoardIdFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetBoardPartNumberFunc = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetBrandFunc = func() (r0 nvml.BrandType, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetBridgeChipInfoFunc = func() (r0 nvml.BridgeChipHierarchy, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetBusTypeFunc = func() (r0 nvml.BusType, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetC2cModeInfoVFunc = func() (r0 nvml.C2cModeInfoHandler) {
-		return r0
-	}
-	m.GetCapabilitiesFunc = func() (r0 nvml.DeviceCapabilities, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetClkMonStatusFunc = func() (r0 nvml.ClkMonStatus, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetClockFunc = func(nvml.ClockType, nvml.ClockId) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetClockInfoFunc = func(nvml.ClockType) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetClockOffsetsFunc = func() (r0 nvml.ClockOffset, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetComputeInstanceIdFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetComputeModeFunc = func() (r0 nvml.ComputeMode, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetComputeRunningProcessesFunc = func() (r0 []nvml.ProcessInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetConfComputeGpuAttestationReportFunc = func(*nvml.ConfComputeGpuAttestationReport) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetConfComputeGpuCertificateFunc = func() (r0 nvml.ConfComputeGpuCertificate, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetConfComputeMemSizeInfoFunc = func() (r0 nvml.ConfComputeMemSizeInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetConfComputeProtectedMemoryUsageFunc = func() (r0 nvml.Memory, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCoolerInfoFunc = func() (r0 nvml.CoolerInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCpuAffinityFunc = func(int) (r0 []uint, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCpuAffinityWithinScopeFunc = func(int, nvml.AffinityScope) (r0 []uint, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCreatableVgpusFunc = func() (r0 []nvml.VgpuTypeId, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCudaComputeCapabilityFunc = func() (r0 int, r1 int, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCurrPcieLinkGenerationFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCurrPcieLinkWidthFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCurrentClockFreqsFunc = func() (r0 nvml.DeviceCurrentClockFreqs, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCurrentClocksEventReasonsFunc = func() (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCurrentClocksThrottleReasonsFunc = func() (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDecoderUtilizationFunc = func() (r0 uint32, r1 uint32, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDefaultApplicationsClockFunc = func(nvml.ClockType) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDefaultEccModeFunc = func() (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDetailedEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (r0 nvml.EccErrorCounts, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDeviceHandleFromMigDeviceHandleFunc = func() (r0 nvml.Device, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDisplayActiveFunc = func() (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDisplayModeFunc = func() (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDramEncryptionModeFunc = func() (r0 nvml.DramEncryptionInfo, r1 nvml.DramEncryptionInfo, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDriverModelFunc = func() (r0 nvml.DriverModel, r1 nvml.DriverModel, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDriverModel_v2Func = func() (r0 nvml.DriverModel, r1 nvml.DriverModel, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetDynamicPstatesInfoFunc = func() (r0 nvml.GpuDynamicPstatesInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetEccModeFunc = func() (r0 nvml.EnableState, r1 nvml.EnableState, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetEncoderCapacityFunc = func(nvml.EncoderType) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetEncoderSessionsFunc = func() (r0 []nvml.EncoderSessionInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetEncoderStatsFunc = func() (r0 int, r1 uint32, r2 uint32, ret nvml.Return) {
-		return r0, r1, r2, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetEncoderUtilizationFunc = func() (r0 uint32, r1 uint32, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetEnforcedPowerLimitFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetFBCSessionsFunc = func() (r0 []nvml.FBCSessionInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetFBCStatsFunc = func() (r0 nvml.FBCStats, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetFanControlPolicy_v2Func = func(int) (r0 nvml.FanControlPolicy, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetFanSpeedFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetFanSpeedRPMFunc = func() (r0 nvml.FanSpeedInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetFanSpeed_v2Func = func(int) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetFieldValuesFunc = func([]nvml.FieldValue) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpcClkMinMaxVfOffsetFunc = func() (r0 int, r1 int, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpcClkVfOffsetFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpuFabricInfoFunc = func() (r0 nvml.GpuFabricInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpuFabricInfoVFunc = func() (r0 nvml.GpuFabricInfoHandler) {
-		return r0
-	}
-	m.GetGpuFabricInfo_v4Func = func() (r0 nvml.GpuFabricInfo_v4, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpuInstanceByIdFunc = func(int) (r0 nvml.GpuInstance, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpuInstanceIdFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpuInstancePossiblePlacementsFunc = func(*nvml.GpuInstanceProfileInfo) (r0 []nvml.GpuInstancePlacement, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpuInstanceProfileInfoFunc = func(int) (r0 nvml.GpuInstanceProfileInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpuInstanceProfileInfoByIdVFunc = func(int) (r0 nvml.GpuInstanceProfileInfoByIdHandler) {
-		return r0
-	}
-	m.GetGpuInstanceProfileInfoVFunc = func(int) (r0 nvml.GpuInstanceProfileInfoHandler) {
-		return r0
-	}
-	m.GetGpuInstanceRemainingCapacityFunc = func(*nvml.GpuInstanceProfileInfo) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpuInstancesFunc = func(*nvml.GpuInstanceProfileInfo) (r0 []nvml.GpuInstance, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpuMaxPcieLinkGenerationFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGpuOperationModeFunc = func() (r0 nvml.GpuOperationMode, r1 nvml.GpuOperationMode, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGraphicsRunningProcessesFunc = func() (r0 []nvml.ProcessInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGridLicensableFeaturesFunc = func() (r0 nvml.GridLicensableFeatures, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGspFirmwareModeFunc = func() (r0 bool, r1 bool, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetGspFirmwareVersionFunc = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetHostVgpuModeFunc = func() (r0 nvml.HostVgpuMode, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetHostname_v1Func = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetIndexFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetInforomConfigurationChecksumFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetInforomImageVersionFunc = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetInforomVersionFunc = func(nvml.InforomObject) (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetIrqNumFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetJpgUtilizationFunc = func() (r0 uint32, r1 uint32, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetLastBBXFlushTimeFunc = func() (r0 uint64, r1 uint, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMPSComputeRunningProcessesFunc = func() (r0 []nvml.ProcessInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMarginTemperatureFunc = func() (r0 nvml.MarginTemperature, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMaxClockInfoFunc = func(nvml.ClockType) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMaxCustomerBoostClockFunc = func(nvml.ClockType) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMaxMigDeviceCountFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMaxPcieLinkGenerationFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMaxPcieLinkWidthFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMemClkMinMaxVfOffsetFunc = func() (r0 int, r1 int, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMemClkVfOffsetFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMemoryAffinityFunc = func(int, nvml.AffinityScope) (r0 []uint, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMemoryBusWidthFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMemoryErrorCounterFunc = func(nvml.MemoryErrorType, nvml.EccCounterType, nvml.MemoryLocation) (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMemoryInfoFunc = func() (r0 nvml.Memory, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMemoryInfo_v2Func = func() (r0 nvml.Memory_v2, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMemoryLimits_v1Func = func(string) (r0 nvml.MemoryLimits_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMigDeviceHandleByIndexFunc = func(int) (r0 nvml.Device, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMigModeFunc = func() (r0 int, r1 int, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMinMaxClockOfPStateFunc = func(nvml.ClockType, nvml.Pstates) (r0 uint32, r1 uint32, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMinMaxFanSpeedFunc = func() (r0 int, r1 int, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMinorNumberFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetModuleIdFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetMultiGpuBoardFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNameFunc = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNumFansFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNumGpuCoresFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNumaNodeIdFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvLinkCapabilityFunc = func(int, nvml.NvLinkCapability) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvLinkErrorCounterFunc = func(int, nvml.NvLinkErrorCounter) (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvLinkInfoFunc = func() (r0 nvml.NvLinkInfoHandler) {
-		return r0
-	}
-	m.GetNvLinkRemoteDeviceTypeFunc = func(int) (r0 nvml.IntNvLinkDeviceType, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvLinkRemotePciInfoFunc = func(int) (r0 nvml.PciInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvLinkStateFunc = func(int) (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvLinkTelemetrySamples_v1Func = func(nvml.NvlinkTelemetrySamples_v1) (r0 nvml.NvlinkTelemetrySamples_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvLinkUtilizationControlFunc = func(int, int) (r0 nvml.NvLinkUtilizationControl, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvLinkUtilizationCounterFunc = func(int, int) (r0 uint64, r1 uint64, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvLinkVersionFunc = func(int) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvlinkBwModeFunc = func() (r0 nvml.NvlinkGetBwMode, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetNvlinkSupportedBwModesFunc = func() (r0 nvml.NvlinkSupportedBwModes, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetOfaUtilizationFunc = func() (r0 uint32, r1 uint32, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (r0 nvml.GpuP2PStatus, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPciInfoFunc = func() (r0 nvml.PciInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPciInfoExtFunc = func() (r0 nvml.PciInfoExt, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPcieLinkMaxSpeedFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPcieReplayCounterFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPcieSpeedFunc = func() (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPcieThroughputFunc = func(nvml.PcieUtilCounter) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPdiFunc = func() (r0 nvml.Pdi, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPerformanceModesFunc = func() (r0 nvml.DevicePerfModes, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPerformanceStateFunc = func() (r0 nvml.Pstates, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPersistenceModeFunc = func() (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPgpuMetadataStringFunc = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPlatformInfoFunc = func() (r0 nvml.PlatformInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPowerManagementDefaultLimitFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPowerManagementLimitFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPowerManagementLimitConstraintsFunc = func() (r0 uint32, r1 uint32, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPowerManagementModeFunc = func() (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPowerMizerMode_v1Func = func() (r0 nvml.DevicePowerMizerModes_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPowerSourceFunc = func() (r0 nvml.PowerSource, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPowerStateFunc = func() (r0 nvml.Pstates, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetPowerUsageFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetProcessUtilizationFunc = func(uint64) (r0 []nvml.ProcessUtilizationSample, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetProcessesUtilizationInfoFunc = func() (r0 nvml.ProcessesUtilizationInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetRemappedRowsFunc = func() (r0 int, r1 int, r2 bool, r3 bool, ret nvml.Return) {
-		return r0, r1, r2, r3, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetRemappedRows_v2Func = func() (r0 nvml.RemappedRowsInfo_v2, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetRepairStatusFunc = func() (r0 nvml.RepairStatus, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetRetiredPagesFunc = func(nvml.PageRetirementCause) (r0 []uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetRetiredPagesPendingStatusFunc = func() (r0 nvml.EnableState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetRetiredPages_v2Func = func(nvml.PageRetirementCause) (r0 []uint64, r1 []uint64, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetRowRemapperHistogramFunc = func() (r0 nvml.RowRemapperHistogramValues, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetRunningProcessDetailListFunc = func() (r0 nvml.ProcessDetailList, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSamplesFunc = func(nvml.SamplingType, uint64) (r0 nvml.ValueType, r1 []nvml.Sample, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSerialFunc = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSramEccErrorStatusFunc = func() (r0 nvml.EccSramErrorStatus, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSramUniqueUncorrectedEccErrorCountsFunc = func(*nvml.EccSramUniqueUncorrectedErrorCounts) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSupportedClocksEventReasonsFunc = func() (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSupportedClocksThrottleReasonsFunc = func() (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSupportedEventTypesFunc = func() (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSupportedGraphicsClocksFunc = func(int) (r0 int, r1 uint32, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSupportedMemoryClocksFunc = func() (r0 int, r1 uint32, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSupportedPerformanceStatesFunc = func() (r0 []nvml.Pstates, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetSupportedVgpusFunc = func() (r0 []nvml.VgpuTypeId, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetTargetFanSpeedFunc = func(int) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetTemperatureFunc = func(nvml.TemperatureSensors) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetTemperatureThresholdFunc = func(nvml.TemperatureThresholds) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetTemperatureVFunc = func() (r0 nvml.TemperatureHandler) {
-		return r0
-	}
-	m.GetThermalSettingsFunc = func(uint32) (r0 nvml.GpuThermalSettings, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetTopologyCommonAncestorFunc = func(nvml.Device) (r0 nvml.GpuTopologyLevel, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetTopologyNearestGpusFunc = func(nvml.GpuTopologyLevel) (r0 []nvml.Device, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetTotalEnergyConsumptionFunc = func() (r0 uint64, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetUUIDFunc = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetUnrepairableMemoryFlag_v1Func = func() (r0 nvml.UnrepairableMemoryStatus_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetUtilizationRatesFunc = func() (r0 nvml.Utilization, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVbiosVersionFunc = func() (r0 string, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuCapabilitiesFunc = func(nvml.DeviceVgpuCapability) (r0 bool, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuHeterogeneousModeFunc = func() (r0 nvml.VgpuHeterogeneousMode, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuInstancesUtilizationInfoFunc = func() (r0 nvml.VgpuInstancesUtilizationInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuMetadataFunc = func() (r0 nvml.VgpuPgpuMetadata, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuProcessUtilizationFunc = func(uint64) (r0 []nvml.VgpuProcessUtilizationSample, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuProcessesUtilizationInfoFunc = func() (r0 nvml.VgpuProcessesUtilizationInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuSchedulerCapabilitiesFunc = func() (r0 nvml.VgpuSchedulerCapabilities, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuSchedulerLogFunc = func() (r0 nvml.VgpuSchedulerLog, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuSchedulerLog_v2Func = func(nvml.VgpuSchedulerLogInfo_v2) (r0 nvml.VgpuSchedulerLogInfo_v2, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuSchedulerStateFunc = func() (r0 nvml.VgpuSchedulerGetState, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuSchedulerState_v2Func = func(nvml.VgpuSchedulerStateInfo_v2) (r0 nvml.VgpuSchedulerStateInfo_v2, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuTypeCreatablePlacementsFunc = func(nvml.VgpuTypeId) (r0 nvml.VgpuPlacementList, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuTypeSupportedPlacementsFunc = func(nvml.VgpuTypeId) (r0 nvml.VgpuPlacementList, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuUtilizationFunc = func(uint64) (r0 nvml.ValueType, r1 []nvml.VgpuInstanceUtilizationSample, ret nvml.Return) {
-		return r0, r1, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetViolationStatusFunc = func(nvml.PerfPolicyType) (r0 nvml.ViolationTime, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVirtualizationModeFunc = func() (r0 nvml.GpuVirtualizationMode, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmMigSampleGetFunc = func(int, nvml.GpmSample) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmQueryDeviceSupportFunc = func() (r0 nvml.GpmSupport, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmQueryDeviceSupportVFunc = func() (r0 nvml.GpmSupportV) {
-		return r0
-	}
-	m.GpmQueryIfStreamingEnabledFunc = func() (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmSampleGetFunc = func(nvml.GpmSample) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GpmSetStreamingEnabledFunc = func(uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.IsMigDeviceHandleFunc = func() (r0 bool, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.OnSameBoardFunc = func(nvml.Device) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.PerfMetricsGetSamples_v1Func = func() (r0 nvml.PerfMetricsSamples_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.PowerSmoothingActivatePresetProfileFunc = func(*nvml.PowerSmoothingProfile) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.PowerSmoothingSetStateFunc = func(*nvml.PowerSmoothingState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.PowerSmoothingUpdatePresetProfileParamFunc = func(*nvml.PowerSmoothingProfile) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ReadPRMCounters_v1Func = func([]nvml.PRMCounterId, int) (r0 []nvml.PRMCounter_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ReadWritePRM_v1Func = func(*nvml.PRMTLV_v1) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ResetApplicationsClocksFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ResetGpuLockedClocksFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ResetMemoryLockedClocksFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ResetNvLinkErrorCountersFunc = func(int) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ResetNvLinkUtilizationCounterFunc = func(int, int) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetAPIRestrictionFunc = func(nvml.RestrictedAPI, nvml.EnableState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetAccountingModeFunc = func(nvml.EnableState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetAdaptiveTgpMode_v1Func = func(nvml.EnableState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetApplicationsClocksFunc = func(uint32, uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetAutoBoostedClocksEnabledFunc = func(nvml.EnableState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetClockOffsetsFunc = func(nvml.ClockOffset) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetComputeModeFunc = func(nvml.ComputeMode) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetConfComputeUnprotectedMemSizeFunc = func(uint64) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetCpuAffinityFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetDefaultAutoBoostedClocksEnabledFunc = func(nvml.EnableState, uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetDefaultFanSpeed_v2Func = func(int) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetDramEncryptionModeFunc = func(*nvml.DramEncryptionInfo) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetDriverModelFunc = func(nvml.DriverModel, uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetEccModeFunc = func(nvml.EnableState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetFanControlPolicyFunc = func(int, nvml.FanControlPolicy) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetFanSpeed_v2Func = func(int, int) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetGpcClkVfOffsetFunc = func(int) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetGpuLockedClocksFunc = func(uint32, uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetGpuOperationModeFunc = func(nvml.GpuOperationMode) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetHostname_v1Func = func(string) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetMemClkVfOffsetFunc = func(int) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetMemoryLimits_v1Func = func(string, uint64, uint64) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetMemoryLockedClocksFunc = func(uint32, uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetMigModeFunc = func(int) (nvml.Return, nvml.Return) {
-		return nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetNvLinkDeviceLowPowerThresholdFunc = func(*nvml.NvLinkPowerThres) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetNvLinkUtilizationControlFunc = func(int, int, *nvml.NvLinkUtilizationControl, bool) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetNvlinkBwModeFunc = func(*nvml.NvlinkSetBwMode) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetNvlinkBwModeAsync_v1Func = func(*nvml.NvlinkSetBwModeAsync_v1) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetPersistenceModeFunc = func(nvml.EnableState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetPowerManagementLimitFunc = func(uint32) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetPowerManagementLimit_v2Func = func(*nvml.PowerValue_v2) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetRusdSettings_v1Func = func(nvml.RusdSettings_v1) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetTemperatureThresholdFunc = func(nvml.TemperatureThresholds, int) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetVgpuCapabilitiesFunc = func(nvml.DeviceVgpuCapability, nvml.EnableState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetVgpuHeterogeneousModeFunc = func(nvml.VgpuHeterogeneousMode) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetVgpuSchedulerStateFunc = func(*nvml.VgpuSchedulerSetState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetVgpuSchedulerState_v2Func = func(*nvml.VgpuSchedulerState_v2) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetVirtualizationModeFunc = func(nvml.GpuVirtualizationMode) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.ValidateInforomFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuForceGspUnloadFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.VgpuTypeGetMaxInstancesFunc = func(nvml.VgpuTypeId) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.WorkloadPowerProfileClearRequestedProfilesFunc = func(*nvml.WorkloadPowerProfileRequestedProfiles) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.WorkloadPowerProfileGetCurrentProfilesFunc = func() (r0 nvml.WorkloadPowerProfileCurrentProfiles, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.WorkloadPowerProfileGetProfilesInfoFunc = func() (r0 nvml.WorkloadPowerProfileProfilesInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.WorkloadPowerProfileSetRequestedProfilesFunc = func(*nvml.WorkloadPowerProfileRequestedProfiles) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.WorkloadPowerProfileUpdateProfiles_v1Func = func(nvml.PowerProfileOperation, []nvml.PowerProfileType) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
+func (unsupportedLibrary) ComputeInstanceGetInfo(a0 nvml.ComputeInstance) (r0 nvml.ComputeInstanceInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetInfo()
 }
 
-// fillGpuInstance sets every func field of m to a function that returns
-// zero values and ERROR_NOT_SUPPORTED in its nvml.Return results.
-func fillGpuInstance(m *mock.GpuInstance) {
-	m.CreateComputeInstanceFunc = func(*nvml.ComputeInstanceProfileInfo) (r0 nvml.ComputeInstance, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+func (unsupportedLibrary) DeviceClearAccountingPids(a0 nvml.Device) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.CreateComputeInstanceWithPlacementFunc = func(*nvml.ComputeInstanceProfileInfo, *nvml.ComputeInstancePlacement) (r0 nvml.ComputeInstance, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.ClearAccountingPids()
+}
+
+func (unsupportedLibrary) DeviceClearCpuAffinity(a0 nvml.Device) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.DestroyFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
+	return a0.ClearCpuAffinity()
+}
+
+func (unsupportedLibrary) DeviceClearEccErrorCounts(a0 nvml.Device, a1 nvml.EccCounterType) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.GetActiveVgpusFunc = func() (r0 nvml.ActiveVgpuInstanceInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.ClearEccErrorCounts(a1)
+}
+
+func (unsupportedLibrary) DeviceClearFieldValues(a0 nvml.Device, a1 []nvml.FieldValue) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.GetComputeInstanceByIdFunc = func(int) (r0 nvml.ComputeInstance, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.ClearFieldValues(a1)
+}
+
+func (unsupportedLibrary) DeviceCreateGpuInstance(a0 nvml.Device, a1 *nvml.GpuInstanceProfileInfo) (r0 nvml.GpuInstance, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.GetComputeInstancePossiblePlacementsFunc = func(*nvml.ComputeInstanceProfileInfo) (r0 []nvml.ComputeInstancePlacement, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.CreateGpuInstance(a1)
+}
+
+func (unsupportedLibrary) DeviceCreateGpuInstanceWithPlacement(a0 nvml.Device, a1 *nvml.GpuInstanceProfileInfo, a2 *nvml.GpuInstancePlacement) (r0 nvml.GpuInstance, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.GetComputeInstanceProfileInfoFunc = func(int, int) (r0 nvml.ComputeInstanceProfileInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.CreateGpuInstanceWithPlacement(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceDiscoverGpus() (r0 nvml.PciInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceFreezeNvLinkUtilizationCounter(a0 nvml.Device, a1 int, a2 int, a3 nvml.EnableState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.GetComputeInstanceProfileInfoVFunc = func(int, int) (r0 nvml.ComputeInstanceProfileInfoHandler) {
+	return a0.FreezeNvLinkUtilizationCounter(a1, a2, a3)
+}
+
+func (unsupportedLibrary) DeviceGetAPIRestriction(a0 nvml.Device, a1 nvml.RestrictedAPI) (r0 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAPIRestriction(a1)
+}
+
+func (unsupportedLibrary) DeviceGetAccountingBufferSize(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAccountingBufferSize()
+}
+
+func (unsupportedLibrary) DeviceGetAccountingMode(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAccountingMode()
+}
+
+func (unsupportedLibrary) DeviceGetAccountingPids(a0 nvml.Device) (r0 []int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAccountingPids()
+}
+
+func (unsupportedLibrary) DeviceGetAccountingStats(a0 nvml.Device, a1 uint32) (r0 nvml.AccountingStats, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAccountingStats(a1)
+}
+
+func (unsupportedLibrary) DeviceGetAccountingStats_v2(a0 nvml.Device, a1 uint32) (r0 nvml.AccountingStats_v2, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAccountingStats_v2(a1)
+}
+
+func (unsupportedLibrary) DeviceGetActiveVgpus(a0 nvml.Device) (r0 []nvml.VgpuInstance, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetActiveVgpus()
+}
+
+func (unsupportedLibrary) DeviceGetAdaptiveClockInfoStatus(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAdaptiveClockInfoStatus()
+}
+
+func (unsupportedLibrary) DeviceGetAdaptiveTgpModeInfo_v1(a0 nvml.Device) (r0 nvml.AdaptiveTgpModeInfo_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAdaptiveTgpModeInfo_v1()
+}
+
+func (unsupportedLibrary) DeviceGetAddressingMode(a0 nvml.Device) (r0 nvml.DeviceAddressingMode, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAddressingMode()
+}
+
+func (unsupportedLibrary) DeviceGetApplicationsClock(a0 nvml.Device, a1 nvml.ClockType) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetApplicationsClock(a1)
+}
+
+func (unsupportedLibrary) DeviceGetArchitecture(a0 nvml.Device) (r0 nvml.DeviceArchitecture, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetArchitecture()
+}
+
+func (unsupportedLibrary) DeviceGetAttributes(a0 nvml.Device) (r0 nvml.DeviceAttributes, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAttributes()
+}
+
+func (unsupportedLibrary) DeviceGetAutoBoostedClocksEnabled(a0 nvml.Device) (r0 nvml.EnableState, r1 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetAutoBoostedClocksEnabled()
+}
+
+func (unsupportedLibrary) DeviceGetBAR1MemoryInfo(a0 nvml.Device) (r0 nvml.BAR1Memory, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetBAR1MemoryInfo()
+}
+
+func (unsupportedLibrary) DeviceGetBBXTimeData_v1(a0 nvml.Device) (r0 nvml.BBXTimeData_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetBBXTimeData_v1()
+}
+
+func (unsupportedLibrary) DeviceGetBankRemapperStatus_v1(a0 nvml.Device) (r0 nvml.EccBankRemapperStatus_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetBankRemapperStatus_v1()
+}
+
+func (unsupportedLibrary) DeviceGetBoardId(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetBoardId()
+}
+
+func (unsupportedLibrary) DeviceGetBoardPartNumber(a0 nvml.Device) (r0 string, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetBoardPartNumber()
+}
+
+func (unsupportedLibrary) DeviceGetBrand(a0 nvml.Device) (r0 nvml.BrandType, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetBrand()
+}
+
+func (unsupportedLibrary) DeviceGetBridgeChipInfo(a0 nvml.Device) (r0 nvml.BridgeChipHierarchy, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetBridgeChipInfo()
+}
+
+func (unsupportedLibrary) DeviceGetBusType(a0 nvml.Device) (r0 nvml.BusType, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetBusType()
+}
+
+func (unsupportedLibrary) DeviceGetC2cModeInfoV(a0 nvml.Device) (r0 nvml.C2cModeInfoHandler) {
+	if a0 == nil {
 		return r0
 	}
-	m.GetComputeInstanceRemainingCapacityFunc = func(*nvml.ComputeInstanceProfileInfo) (r0 int, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetComputeInstancesFunc = func(*nvml.ComputeInstanceProfileInfo) (r0 []nvml.ComputeInstance, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetCreatableVgpusFunc = func() (r0 nvml.VgpuTypeIdInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetInfoFunc = func() (r0 nvml.GpuInstanceInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuHeterogeneousModeFunc = func() (r0 nvml.VgpuHeterogeneousMode, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuSchedulerLogFunc = func() (r0 nvml.VgpuSchedulerLogInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuSchedulerLog_v2Func = func(nvml.VgpuSchedulerLogInfo_v2) (r0 nvml.VgpuSchedulerLogInfo_v2, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuSchedulerStateFunc = func() (r0 nvml.VgpuSchedulerStateInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuSchedulerState_v2Func = func(nvml.VgpuSchedulerStateInfo_v2) (r0 nvml.VgpuSchedulerStateInfo_v2, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.GetVgpuTypeCreatablePlacementsFunc = func() (r0 nvml.VgpuCreatablePlacementInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetVgpuHeterogeneousModeFunc = func(*nvml.VgpuHeterogeneousMode) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetVgpuSchedulerStateFunc = func(*nvml.VgpuSchedulerState) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	m.SetVgpuSchedulerState_v2Func = func(*nvml.VgpuSchedulerState_v2) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
+	return a0.GetC2cModeInfoV()
 }
 
-// fillComputeInstance sets every func field of m to a function that returns
-// zero values and ERROR_NOT_SUPPORTED in its nvml.Return results.
-func fillComputeInstance(m *mock.ComputeInstance) {
-	m.DestroyFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
+func (unsupportedLibrary) DeviceGetCapabilities(a0 nvml.Device) (r0 nvml.DeviceCapabilities, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.GetInfoFunc = func() (r0 nvml.ComputeInstanceInfo, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
-	}
+	return a0.GetCapabilities()
 }
 
-// fillEventSet sets every func field of m to a function that returns
-// zero values and ERROR_NOT_SUPPORTED in its nvml.Return results.
-func fillEventSet(m *mock.EventSet) {
-	m.FreeFunc = func() nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
+func (unsupportedLibrary) DeviceGetClkMonStatus(a0 nvml.Device) (r0 nvml.ClkMonStatus, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.GetContextCount_v1Func = func() (r0 nvml.GetContextCount_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.GetClkMonStatus()
+}
+
+func (unsupportedLibrary) DeviceGetClock(a0 nvml.Device, a1 nvml.ClockType, a2 nvml.ClockId) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.GetContextData_v1Func = func(nvml.GetContextData_v1) (r0 nvml.GetContextData_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.GetClock(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetClockInfo(a0 nvml.Device, a1 nvml.ClockType) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.GetContextInfo_v1Func = func(uint32) (r0 nvml.GetContextInfo_v1, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.GetClockInfo(a1)
+}
+
+func (unsupportedLibrary) DeviceGetClockOffsets(a0 nvml.Device) (r0 nvml.ClockOffset, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.GetGpuOperationalEventContextLegacyXid_v1Func = func(uint32) (r0 uint32, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.GetClockOffsets()
+}
+
+func (unsupportedLibrary) DeviceGetComputeInstanceId(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.RegisterGpuOperationalEvents_v1Func = func(*nvml.GpuOperationalEventConfig_v1) nvml.Return {
-		return nvml.ERROR_NOT_SUPPORTED
+	return a0.GetComputeInstanceId()
+}
+
+func (unsupportedLibrary) DeviceGetComputeMode(a0 nvml.Device) (r0 nvml.ComputeMode, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.WaitFunc = func(uint32) (r0 nvml.EventData, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.GetComputeMode()
+}
+
+func (unsupportedLibrary) DeviceGetComputeRunningProcesses(a0 nvml.Device) (r0 []nvml.ProcessInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	m.Wait_v3Func = func(uint32) (r0 nvml.EventSetWaitData_v3, ret nvml.Return) {
-		return r0, nvml.ERROR_NOT_SUPPORTED
+	return a0.GetComputeRunningProcesses()
+}
+
+func (unsupportedLibrary) DeviceGetConfComputeGpuAttestationReport(a0 nvml.Device, a1 *nvml.ConfComputeGpuAttestationReport) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
 	}
+	return a0.GetConfComputeGpuAttestationReport(a1)
+}
+
+func (unsupportedLibrary) DeviceGetConfComputeGpuCertificate(a0 nvml.Device) (r0 nvml.ConfComputeGpuCertificate, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetConfComputeGpuCertificate()
+}
+
+func (unsupportedLibrary) DeviceGetConfComputeMemSizeInfo(a0 nvml.Device) (r0 nvml.ConfComputeMemSizeInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetConfComputeMemSizeInfo()
+}
+
+func (unsupportedLibrary) DeviceGetConfComputeProtectedMemoryUsage(a0 nvml.Device) (r0 nvml.Memory, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetConfComputeProtectedMemoryUsage()
+}
+
+func (unsupportedLibrary) DeviceGetCoolerInfo(a0 nvml.Device) (r0 nvml.CoolerInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCoolerInfo()
+}
+
+func (unsupportedLibrary) DeviceGetCount() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceGetCpuAffinity(a0 nvml.Device, a1 int) (r0 []uint, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCpuAffinity(a1)
+}
+
+func (unsupportedLibrary) DeviceGetCpuAffinityWithinScope(a0 nvml.Device, a1 int, a2 nvml.AffinityScope) (r0 []uint, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCpuAffinityWithinScope(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetCreatableVgpus(a0 nvml.Device) (r0 []nvml.VgpuTypeId, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCreatableVgpus()
+}
+
+func (unsupportedLibrary) DeviceGetCudaComputeCapability(a0 nvml.Device) (r0 int, r1 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCudaComputeCapability()
+}
+
+func (unsupportedLibrary) DeviceGetCurrPcieLinkGeneration(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCurrPcieLinkGeneration()
+}
+
+func (unsupportedLibrary) DeviceGetCurrPcieLinkWidth(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCurrPcieLinkWidth()
+}
+
+func (unsupportedLibrary) DeviceGetCurrentClockFreqs(a0 nvml.Device) (r0 nvml.DeviceCurrentClockFreqs, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCurrentClockFreqs()
+}
+
+func (unsupportedLibrary) DeviceGetCurrentClocksEventReasons(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCurrentClocksEventReasons()
+}
+
+func (unsupportedLibrary) DeviceGetCurrentClocksThrottleReasons(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCurrentClocksThrottleReasons()
+}
+
+func (unsupportedLibrary) DeviceGetDecoderUtilization(a0 nvml.Device) (r0 uint32, r1 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDecoderUtilization()
+}
+
+func (unsupportedLibrary) DeviceGetDefaultApplicationsClock(a0 nvml.Device, a1 nvml.ClockType) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDefaultApplicationsClock(a1)
+}
+
+func (unsupportedLibrary) DeviceGetDefaultEccMode(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDefaultEccMode()
+}
+
+func (unsupportedLibrary) DeviceGetDetailedEccErrors(a0 nvml.Device, a1 nvml.MemoryErrorType, a2 nvml.EccCounterType) (r0 nvml.EccErrorCounts, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDetailedEccErrors(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetDeviceHandleFromMigDeviceHandle(a0 nvml.Device) (r0 nvml.Device, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDeviceHandleFromMigDeviceHandle()
+}
+
+func (unsupportedLibrary) DeviceGetDisplayActive(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDisplayActive()
+}
+
+func (unsupportedLibrary) DeviceGetDisplayMode(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDisplayMode()
+}
+
+func (unsupportedLibrary) DeviceGetDramEncryptionMode(a0 nvml.Device) (r0 nvml.DramEncryptionInfo, r1 nvml.DramEncryptionInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDramEncryptionMode()
+}
+
+func (unsupportedLibrary) DeviceGetDriverModel(a0 nvml.Device) (r0 nvml.DriverModel, r1 nvml.DriverModel, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDriverModel()
+}
+
+func (unsupportedLibrary) DeviceGetDriverModel_v2(a0 nvml.Device) (r0 nvml.DriverModel, r1 nvml.DriverModel, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDriverModel_v2()
+}
+
+func (unsupportedLibrary) DeviceGetDynamicPstatesInfo(a0 nvml.Device) (r0 nvml.GpuDynamicPstatesInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetDynamicPstatesInfo()
+}
+
+func (unsupportedLibrary) DeviceGetEccMode(a0 nvml.Device) (r0 nvml.EnableState, r1 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetEccMode()
+}
+
+func (unsupportedLibrary) DeviceGetEncoderCapacity(a0 nvml.Device, a1 nvml.EncoderType) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetEncoderCapacity(a1)
+}
+
+func (unsupportedLibrary) DeviceGetEncoderSessions(a0 nvml.Device) (r0 []nvml.EncoderSessionInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetEncoderSessions()
+}
+
+func (unsupportedLibrary) DeviceGetEncoderStats(a0 nvml.Device) (r0 int, r1 uint32, r2 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, r2, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetEncoderStats()
+}
+
+func (unsupportedLibrary) DeviceGetEncoderUtilization(a0 nvml.Device) (r0 uint32, r1 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetEncoderUtilization()
+}
+
+func (unsupportedLibrary) DeviceGetEnforcedPowerLimit(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetEnforcedPowerLimit()
+}
+
+func (unsupportedLibrary) DeviceGetFBCSessions(a0 nvml.Device) (r0 []nvml.FBCSessionInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetFBCSessions()
+}
+
+func (unsupportedLibrary) DeviceGetFBCStats(a0 nvml.Device) (r0 nvml.FBCStats, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetFBCStats()
+}
+
+func (unsupportedLibrary) DeviceGetFanControlPolicy_v2(a0 nvml.Device, a1 int) (r0 nvml.FanControlPolicy, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetFanControlPolicy_v2(a1)
+}
+
+func (unsupportedLibrary) DeviceGetFanSpeed(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetFanSpeed()
+}
+
+func (unsupportedLibrary) DeviceGetFanSpeedRPM(a0 nvml.Device) (r0 nvml.FanSpeedInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetFanSpeedRPM()
+}
+
+func (unsupportedLibrary) DeviceGetFanSpeed_v2(a0 nvml.Device, a1 int) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetFanSpeed_v2(a1)
+}
+
+func (unsupportedLibrary) DeviceGetFieldValues(a0 nvml.Device, a1 []nvml.FieldValue) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetFieldValues(a1)
+}
+
+func (unsupportedLibrary) DeviceGetGpcClkMinMaxVfOffset(a0 nvml.Device) (r0 int, r1 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpcClkMinMaxVfOffset()
+}
+
+func (unsupportedLibrary) DeviceGetGpcClkVfOffset(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpcClkVfOffset()
+}
+
+func (unsupportedLibrary) DeviceGetGpuFabricInfo(a0 nvml.Device) (r0 nvml.GpuFabricInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuFabricInfo()
+}
+
+func (unsupportedLibrary) DeviceGetGpuFabricInfoV(a0 nvml.Device) (r0 nvml.GpuFabricInfoHandler) {
+	if a0 == nil {
+		return r0
+	}
+	return a0.GetGpuFabricInfoV()
+}
+
+func (unsupportedLibrary) DeviceGetGpuFabricInfo_v4(a0 nvml.Device) (r0 nvml.GpuFabricInfo_v4, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuFabricInfo_v4()
+}
+
+func (unsupportedLibrary) DeviceGetGpuInstanceById(a0 nvml.Device, a1 int) (r0 nvml.GpuInstance, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuInstanceById(a1)
+}
+
+func (unsupportedLibrary) DeviceGetGpuInstanceId(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuInstanceId()
+}
+
+func (unsupportedLibrary) DeviceGetGpuInstancePossiblePlacements(a0 nvml.Device, a1 *nvml.GpuInstanceProfileInfo) (r0 []nvml.GpuInstancePlacement, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuInstancePossiblePlacements(a1)
+}
+
+func (unsupportedLibrary) DeviceGetGpuInstanceProfileInfo(a0 nvml.Device, a1 int) (r0 nvml.GpuInstanceProfileInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuInstanceProfileInfo(a1)
+}
+
+func (unsupportedLibrary) DeviceGetGpuInstanceProfileInfoByIdV(a0 nvml.Device, a1 int) (r0 nvml.GpuInstanceProfileInfoByIdHandler) {
+	if a0 == nil {
+		return r0
+	}
+	return a0.GetGpuInstanceProfileInfoByIdV(a1)
+}
+
+func (unsupportedLibrary) DeviceGetGpuInstanceProfileInfoV(a0 nvml.Device, a1 int) (r0 nvml.GpuInstanceProfileInfoHandler) {
+	if a0 == nil {
+		return r0
+	}
+	return a0.GetGpuInstanceProfileInfoV(a1)
+}
+
+func (unsupportedLibrary) DeviceGetGpuInstanceRemainingCapacity(a0 nvml.Device, a1 *nvml.GpuInstanceProfileInfo) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuInstanceRemainingCapacity(a1)
+}
+
+func (unsupportedLibrary) DeviceGetGpuInstances(a0 nvml.Device, a1 *nvml.GpuInstanceProfileInfo) (r0 []nvml.GpuInstance, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuInstances(a1)
+}
+
+func (unsupportedLibrary) DeviceGetGpuMaxPcieLinkGeneration(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuMaxPcieLinkGeneration()
+}
+
+func (unsupportedLibrary) DeviceGetGpuOperationMode(a0 nvml.Device) (r0 nvml.GpuOperationMode, r1 nvml.GpuOperationMode, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuOperationMode()
+}
+
+func (unsupportedLibrary) DeviceGetGraphicsRunningProcesses(a0 nvml.Device) (r0 []nvml.ProcessInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGraphicsRunningProcesses()
+}
+
+func (unsupportedLibrary) DeviceGetGridLicensableFeatures(a0 nvml.Device) (r0 nvml.GridLicensableFeatures, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGridLicensableFeatures()
+}
+
+func (unsupportedLibrary) DeviceGetGspFirmwareMode(a0 nvml.Device) (r0 bool, r1 bool, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGspFirmwareMode()
+}
+
+func (unsupportedLibrary) DeviceGetGspFirmwareVersion(a0 nvml.Device) (r0 string, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGspFirmwareVersion()
+}
+
+func (unsupportedLibrary) DeviceGetHandleByIndex(int) (r0 nvml.Device, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceGetHandleByPciBusId(string) (r0 nvml.Device, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceGetHandleBySerial(string) (r0 nvml.Device, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceGetHandleByUUID(string) (r0 nvml.Device, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceGetHandleByUUIDV(*nvml.UUID) (r0 nvml.Device, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceGetHostVgpuMode(a0 nvml.Device) (r0 nvml.HostVgpuMode, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetHostVgpuMode()
+}
+
+func (unsupportedLibrary) DeviceGetHostname_v1(a0 nvml.Device) (r0 string, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetHostname_v1()
+}
+
+func (unsupportedLibrary) DeviceGetIndex(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetIndex()
+}
+
+func (unsupportedLibrary) DeviceGetInforomConfigurationChecksum(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetInforomConfigurationChecksum()
+}
+
+func (unsupportedLibrary) DeviceGetInforomImageVersion(a0 nvml.Device) (r0 string, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetInforomImageVersion()
+}
+
+func (unsupportedLibrary) DeviceGetInforomVersion(a0 nvml.Device, a1 nvml.InforomObject) (r0 string, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetInforomVersion(a1)
+}
+
+func (unsupportedLibrary) DeviceGetIrqNum(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetIrqNum()
+}
+
+func (unsupportedLibrary) DeviceGetJpgUtilization(a0 nvml.Device) (r0 uint32, r1 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetJpgUtilization()
+}
+
+func (unsupportedLibrary) DeviceGetLastBBXFlushTime(a0 nvml.Device) (r0 uint64, r1 uint, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetLastBBXFlushTime()
+}
+
+func (unsupportedLibrary) DeviceGetMPSComputeRunningProcesses(a0 nvml.Device) (r0 []nvml.ProcessInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMPSComputeRunningProcesses()
+}
+
+func (unsupportedLibrary) DeviceGetMarginTemperature(a0 nvml.Device) (r0 nvml.MarginTemperature, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMarginTemperature()
+}
+
+func (unsupportedLibrary) DeviceGetMaxClockInfo(a0 nvml.Device, a1 nvml.ClockType) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMaxClockInfo(a1)
+}
+
+func (unsupportedLibrary) DeviceGetMaxCustomerBoostClock(a0 nvml.Device, a1 nvml.ClockType) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMaxCustomerBoostClock(a1)
+}
+
+func (unsupportedLibrary) DeviceGetMaxMigDeviceCount(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMaxMigDeviceCount()
+}
+
+func (unsupportedLibrary) DeviceGetMaxPcieLinkGeneration(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMaxPcieLinkGeneration()
+}
+
+func (unsupportedLibrary) DeviceGetMaxPcieLinkWidth(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMaxPcieLinkWidth()
+}
+
+func (unsupportedLibrary) DeviceGetMemClkMinMaxVfOffset(a0 nvml.Device) (r0 int, r1 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMemClkMinMaxVfOffset()
+}
+
+func (unsupportedLibrary) DeviceGetMemClkVfOffset(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMemClkVfOffset()
+}
+
+func (unsupportedLibrary) DeviceGetMemoryAffinity(a0 nvml.Device, a1 int, a2 nvml.AffinityScope) (r0 []uint, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMemoryAffinity(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetMemoryBusWidth(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMemoryBusWidth()
+}
+
+func (unsupportedLibrary) DeviceGetMemoryErrorCounter(a0 nvml.Device, a1 nvml.MemoryErrorType, a2 nvml.EccCounterType, a3 nvml.MemoryLocation) (r0 uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMemoryErrorCounter(a1, a2, a3)
+}
+
+func (unsupportedLibrary) DeviceGetMemoryInfo(a0 nvml.Device) (r0 nvml.Memory, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMemoryInfo()
+}
+
+func (unsupportedLibrary) DeviceGetMemoryInfo_v2(a0 nvml.Device) (r0 nvml.Memory_v2, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMemoryInfo_v2()
+}
+
+func (unsupportedLibrary) DeviceGetMemoryLimits_v1(a0 nvml.Device, a1 string) (r0 nvml.MemoryLimits_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMemoryLimits_v1(a1)
+}
+
+func (unsupportedLibrary) DeviceGetMigDeviceHandleByIndex(a0 nvml.Device, a1 int) (r0 nvml.Device, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMigDeviceHandleByIndex(a1)
+}
+
+func (unsupportedLibrary) DeviceGetMigMode(a0 nvml.Device) (r0 int, r1 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMigMode()
+}
+
+func (unsupportedLibrary) DeviceGetMinMaxClockOfPState(a0 nvml.Device, a1 nvml.ClockType, a2 nvml.Pstates) (r0 uint32, r1 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMinMaxClockOfPState(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetMinMaxFanSpeed(a0 nvml.Device) (r0 int, r1 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMinMaxFanSpeed()
+}
+
+func (unsupportedLibrary) DeviceGetMinorNumber(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMinorNumber()
+}
+
+func (unsupportedLibrary) DeviceGetModuleId(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetModuleId()
+}
+
+func (unsupportedLibrary) DeviceGetMultiGpuBoard(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetMultiGpuBoard()
+}
+
+func (unsupportedLibrary) DeviceGetName(a0 nvml.Device) (r0 string, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetName()
+}
+
+func (unsupportedLibrary) DeviceGetNumFans(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNumFans()
+}
+
+func (unsupportedLibrary) DeviceGetNumGpuCores(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNumGpuCores()
+}
+
+func (unsupportedLibrary) DeviceGetNumaNodeId(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNumaNodeId()
+}
+
+func (unsupportedLibrary) DeviceGetNvLinkCapability(a0 nvml.Device, a1 int, a2 nvml.NvLinkCapability) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvLinkCapability(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetNvLinkErrorCounter(a0 nvml.Device, a1 int, a2 nvml.NvLinkErrorCounter) (r0 uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvLinkErrorCounter(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetNvLinkInfo(a0 nvml.Device) (r0 nvml.NvLinkInfoHandler) {
+	if a0 == nil {
+		return r0
+	}
+	return a0.GetNvLinkInfo()
+}
+
+func (unsupportedLibrary) DeviceGetNvLinkRemoteDeviceType(a0 nvml.Device, a1 int) (r0 nvml.IntNvLinkDeviceType, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvLinkRemoteDeviceType(a1)
+}
+
+func (unsupportedLibrary) DeviceGetNvLinkRemotePciInfo(a0 nvml.Device, a1 int) (r0 nvml.PciInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvLinkRemotePciInfo(a1)
+}
+
+func (unsupportedLibrary) DeviceGetNvLinkState(a0 nvml.Device, a1 int) (r0 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvLinkState(a1)
+}
+
+func (unsupportedLibrary) DeviceGetNvLinkTelemetrySamples_v1(a0 nvml.Device, a1 nvml.NvlinkTelemetrySamples_v1) (r0 nvml.NvlinkTelemetrySamples_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvLinkTelemetrySamples_v1(a1)
+}
+
+func (unsupportedLibrary) DeviceGetNvLinkUtilizationControl(a0 nvml.Device, a1 int, a2 int) (r0 nvml.NvLinkUtilizationControl, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvLinkUtilizationControl(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetNvLinkUtilizationCounter(a0 nvml.Device, a1 int, a2 int) (r0 uint64, r1 uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvLinkUtilizationCounter(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetNvLinkVersion(a0 nvml.Device, a1 int) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvLinkVersion(a1)
+}
+
+func (unsupportedLibrary) DeviceGetNvlinkBwMode(a0 nvml.Device) (r0 nvml.NvlinkGetBwMode, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvlinkBwMode()
+}
+
+func (unsupportedLibrary) DeviceGetNvlinkSupportedBwModes(a0 nvml.Device) (r0 nvml.NvlinkSupportedBwModes, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetNvlinkSupportedBwModes()
+}
+
+func (unsupportedLibrary) DeviceGetOfaUtilization(a0 nvml.Device) (r0 uint32, r1 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetOfaUtilization()
+}
+
+func (unsupportedLibrary) DeviceGetP2PStatus(a0 nvml.Device, a1 nvml.Device, a2 nvml.GpuP2PCapsIndex) (r0 nvml.GpuP2PStatus, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetP2PStatus(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetPciInfo(a0 nvml.Device) (r0 nvml.PciInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPciInfo()
+}
+
+func (unsupportedLibrary) DeviceGetPciInfoExt(a0 nvml.Device) (r0 nvml.PciInfoExt, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPciInfoExt()
+}
+
+func (unsupportedLibrary) DeviceGetPcieLinkMaxSpeed(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPcieLinkMaxSpeed()
+}
+
+func (unsupportedLibrary) DeviceGetPcieReplayCounter(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPcieReplayCounter()
+}
+
+func (unsupportedLibrary) DeviceGetPcieSpeed(a0 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPcieSpeed()
+}
+
+func (unsupportedLibrary) DeviceGetPcieThroughput(a0 nvml.Device, a1 nvml.PcieUtilCounter) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPcieThroughput(a1)
+}
+
+func (unsupportedLibrary) DeviceGetPdi(a0 nvml.Device) (r0 nvml.Pdi, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPdi()
+}
+
+func (unsupportedLibrary) DeviceGetPerformanceModes(a0 nvml.Device) (r0 nvml.DevicePerfModes, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPerformanceModes()
+}
+
+func (unsupportedLibrary) DeviceGetPerformanceState(a0 nvml.Device) (r0 nvml.Pstates, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPerformanceState()
+}
+
+func (unsupportedLibrary) DeviceGetPersistenceMode(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPersistenceMode()
+}
+
+func (unsupportedLibrary) DeviceGetPgpuMetadataString(a0 nvml.Device) (r0 string, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPgpuMetadataString()
+}
+
+func (unsupportedLibrary) DeviceGetPlatformInfo(a0 nvml.Device) (r0 nvml.PlatformInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPlatformInfo()
+}
+
+func (unsupportedLibrary) DeviceGetPowerManagementDefaultLimit(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPowerManagementDefaultLimit()
+}
+
+func (unsupportedLibrary) DeviceGetPowerManagementLimit(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPowerManagementLimit()
+}
+
+func (unsupportedLibrary) DeviceGetPowerManagementLimitConstraints(a0 nvml.Device) (r0 uint32, r1 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPowerManagementLimitConstraints()
+}
+
+func (unsupportedLibrary) DeviceGetPowerManagementMode(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPowerManagementMode()
+}
+
+func (unsupportedLibrary) DeviceGetPowerMizerMode_v1(a0 nvml.Device) (r0 nvml.DevicePowerMizerModes_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPowerMizerMode_v1()
+}
+
+func (unsupportedLibrary) DeviceGetPowerSource(a0 nvml.Device) (r0 nvml.PowerSource, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPowerSource()
+}
+
+func (unsupportedLibrary) DeviceGetPowerState(a0 nvml.Device) (r0 nvml.Pstates, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPowerState()
+}
+
+func (unsupportedLibrary) DeviceGetPowerUsage(a0 nvml.Device) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetPowerUsage()
+}
+
+func (unsupportedLibrary) DeviceGetProcessUtilization(a0 nvml.Device, a1 uint64) (r0 []nvml.ProcessUtilizationSample, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetProcessUtilization(a1)
+}
+
+func (unsupportedLibrary) DeviceGetProcessesUtilizationInfo(a0 nvml.Device) (r0 nvml.ProcessesUtilizationInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetProcessesUtilizationInfo()
+}
+
+func (unsupportedLibrary) DeviceGetRemappedRows(a0 nvml.Device) (r0 int, r1 int, r2 bool, r3 bool, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, r2, r3, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetRemappedRows()
+}
+
+func (unsupportedLibrary) DeviceGetRemappedRows_v2(a0 nvml.Device) (r0 nvml.RemappedRowsInfo_v2, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetRemappedRows_v2()
+}
+
+func (unsupportedLibrary) DeviceGetRepairStatus(a0 nvml.Device) (r0 nvml.RepairStatus, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetRepairStatus()
+}
+
+func (unsupportedLibrary) DeviceGetRetiredPages(a0 nvml.Device, a1 nvml.PageRetirementCause) (r0 []uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetRetiredPages(a1)
+}
+
+func (unsupportedLibrary) DeviceGetRetiredPagesPendingStatus(a0 nvml.Device) (r0 nvml.EnableState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetRetiredPagesPendingStatus()
+}
+
+func (unsupportedLibrary) DeviceGetRetiredPages_v2(a0 nvml.Device, a1 nvml.PageRetirementCause) (r0 []uint64, r1 []uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetRetiredPages_v2(a1)
+}
+
+func (unsupportedLibrary) DeviceGetRowRemapperHistogram(a0 nvml.Device) (r0 nvml.RowRemapperHistogramValues, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetRowRemapperHistogram()
+}
+
+func (unsupportedLibrary) DeviceGetRunningProcessDetailList(a0 nvml.Device) (r0 nvml.ProcessDetailList, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetRunningProcessDetailList()
+}
+
+func (unsupportedLibrary) DeviceGetSamples(a0 nvml.Device, a1 nvml.SamplingType, a2 uint64) (r0 nvml.ValueType, r1 []nvml.Sample, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSamples(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetSerial(a0 nvml.Device) (r0 string, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSerial()
+}
+
+func (unsupportedLibrary) DeviceGetSramEccErrorStatus(a0 nvml.Device) (r0 nvml.EccSramErrorStatus, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSramEccErrorStatus()
+}
+
+func (unsupportedLibrary) DeviceGetSramUniqueUncorrectedEccErrorCounts(a0 nvml.Device, a1 *nvml.EccSramUniqueUncorrectedErrorCounts) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSramUniqueUncorrectedEccErrorCounts(a1)
+}
+
+func (unsupportedLibrary) DeviceGetSupportedClocksEventReasons(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSupportedClocksEventReasons()
+}
+
+func (unsupportedLibrary) DeviceGetSupportedClocksThrottleReasons(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSupportedClocksThrottleReasons()
+}
+
+func (unsupportedLibrary) DeviceGetSupportedEventTypes(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSupportedEventTypes()
+}
+
+func (unsupportedLibrary) DeviceGetSupportedGraphicsClocks(a0 nvml.Device, a1 int) (r0 int, r1 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSupportedGraphicsClocks(a1)
+}
+
+func (unsupportedLibrary) DeviceGetSupportedMemoryClocks(a0 nvml.Device) (r0 int, r1 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSupportedMemoryClocks()
+}
+
+func (unsupportedLibrary) DeviceGetSupportedPerformanceStates(a0 nvml.Device) (r0 []nvml.Pstates, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSupportedPerformanceStates()
+}
+
+func (unsupportedLibrary) DeviceGetSupportedVgpus(a0 nvml.Device) (r0 []nvml.VgpuTypeId, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetSupportedVgpus()
+}
+
+func (unsupportedLibrary) DeviceGetTargetFanSpeed(a0 nvml.Device, a1 int) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetTargetFanSpeed(a1)
+}
+
+func (unsupportedLibrary) DeviceGetTemperature(a0 nvml.Device, a1 nvml.TemperatureSensors) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetTemperature(a1)
+}
+
+func (unsupportedLibrary) DeviceGetTemperatureThreshold(a0 nvml.Device, a1 nvml.TemperatureThresholds) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetTemperatureThreshold(a1)
+}
+
+func (unsupportedLibrary) DeviceGetTemperatureV(a0 nvml.Device) (r0 nvml.TemperatureHandler) {
+	if a0 == nil {
+		return r0
+	}
+	return a0.GetTemperatureV()
+}
+
+func (unsupportedLibrary) DeviceGetThermalSettings(a0 nvml.Device, a1 uint32) (r0 nvml.GpuThermalSettings, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetThermalSettings(a1)
+}
+
+func (unsupportedLibrary) DeviceGetTopologyCommonAncestor(a0 nvml.Device, a1 nvml.Device) (r0 nvml.GpuTopologyLevel, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetTopologyCommonAncestor(a1)
+}
+
+func (unsupportedLibrary) DeviceGetTopologyNearestGpus(a0 nvml.Device, a1 nvml.GpuTopologyLevel) (r0 []nvml.Device, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetTopologyNearestGpus(a1)
+}
+
+func (unsupportedLibrary) DeviceGetTotalEccErrors(a0 nvml.Device, a1 nvml.MemoryErrorType, a2 nvml.EccCounterType) (r0 uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetTotalEccErrors(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceGetTotalEnergyConsumption(a0 nvml.Device) (r0 uint64, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetTotalEnergyConsumption()
+}
+
+func (unsupportedLibrary) DeviceGetUUID(a0 nvml.Device) (r0 string, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetUUID()
+}
+
+func (unsupportedLibrary) DeviceGetUnrepairableMemoryFlag_v1(a0 nvml.Device) (r0 nvml.UnrepairableMemoryStatus_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetUnrepairableMemoryFlag_v1()
+}
+
+func (unsupportedLibrary) DeviceGetUtilizationRates(a0 nvml.Device) (r0 nvml.Utilization, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetUtilizationRates()
+}
+
+func (unsupportedLibrary) DeviceGetVbiosVersion(a0 nvml.Device) (r0 string, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVbiosVersion()
+}
+
+func (unsupportedLibrary) DeviceGetVgpuCapabilities(a0 nvml.Device, a1 nvml.DeviceVgpuCapability) (r0 bool, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuCapabilities(a1)
+}
+
+func (unsupportedLibrary) DeviceGetVgpuHeterogeneousMode(a0 nvml.Device) (r0 nvml.VgpuHeterogeneousMode, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuHeterogeneousMode()
+}
+
+func (unsupportedLibrary) DeviceGetVgpuInstancesUtilizationInfo(a0 nvml.Device) (r0 nvml.VgpuInstancesUtilizationInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuInstancesUtilizationInfo()
+}
+
+func (unsupportedLibrary) DeviceGetVgpuMetadata(a0 nvml.Device) (r0 nvml.VgpuPgpuMetadata, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuMetadata()
+}
+
+func (unsupportedLibrary) DeviceGetVgpuProcessUtilization(a0 nvml.Device, a1 uint64) (r0 []nvml.VgpuProcessUtilizationSample, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuProcessUtilization(a1)
+}
+
+func (unsupportedLibrary) DeviceGetVgpuProcessesUtilizationInfo(a0 nvml.Device) (r0 nvml.VgpuProcessesUtilizationInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuProcessesUtilizationInfo()
+}
+
+func (unsupportedLibrary) DeviceGetVgpuSchedulerCapabilities(a0 nvml.Device) (r0 nvml.VgpuSchedulerCapabilities, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuSchedulerCapabilities()
+}
+
+func (unsupportedLibrary) DeviceGetVgpuSchedulerLog(a0 nvml.Device) (r0 nvml.VgpuSchedulerLog, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuSchedulerLog()
+}
+
+func (unsupportedLibrary) DeviceGetVgpuSchedulerLog_v2(a0 nvml.Device, a1 nvml.VgpuSchedulerLogInfo_v2) (r0 nvml.VgpuSchedulerLogInfo_v2, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuSchedulerLog_v2(a1)
+}
+
+func (unsupportedLibrary) DeviceGetVgpuSchedulerState(a0 nvml.Device) (r0 nvml.VgpuSchedulerGetState, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuSchedulerState()
+}
+
+func (unsupportedLibrary) DeviceGetVgpuSchedulerState_v2(a0 nvml.Device, a1 nvml.VgpuSchedulerStateInfo_v2) (r0 nvml.VgpuSchedulerStateInfo_v2, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuSchedulerState_v2(a1)
+}
+
+func (unsupportedLibrary) DeviceGetVgpuTypeCreatablePlacements(a0 nvml.Device, a1 nvml.VgpuTypeId) (r0 nvml.VgpuPlacementList, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuTypeCreatablePlacements(a1)
+}
+
+func (unsupportedLibrary) DeviceGetVgpuTypeSupportedPlacements(a0 nvml.Device, a1 nvml.VgpuTypeId) (r0 nvml.VgpuPlacementList, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuTypeSupportedPlacements(a1)
+}
+
+func (unsupportedLibrary) DeviceGetVgpuUtilization(a0 nvml.Device, a1 uint64) (r0 nvml.ValueType, r1 []nvml.VgpuInstanceUtilizationSample, ret nvml.Return) {
+	if a0 == nil {
+		return r0, r1, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuUtilization(a1)
+}
+
+func (unsupportedLibrary) DeviceGetViolationStatus(a0 nvml.Device, a1 nvml.PerfPolicyType) (r0 nvml.ViolationTime, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetViolationStatus(a1)
+}
+
+func (unsupportedLibrary) DeviceGetVirtualizationMode(a0 nvml.Device) (r0 nvml.GpuVirtualizationMode, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVirtualizationMode()
+}
+
+func (unsupportedLibrary) DeviceIsMigDeviceHandle(a0 nvml.Device) (r0 bool, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.IsMigDeviceHandle()
+}
+
+func (unsupportedLibrary) DeviceModifyDrainState(*nvml.PciInfo, nvml.EnableState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceOnSameBoard(a0 nvml.Device, a1 nvml.Device) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.OnSameBoard(a1)
+}
+
+func (unsupportedLibrary) DevicePerfMetricsGetSamples_v1(a0 nvml.Device) (r0 nvml.PerfMetricsSamples_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.PerfMetricsGetSamples_v1()
+}
+
+func (unsupportedLibrary) DevicePowerSmoothingActivatePresetProfile(a0 nvml.Device, a1 *nvml.PowerSmoothingProfile) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.PowerSmoothingActivatePresetProfile(a1)
+}
+
+func (unsupportedLibrary) DevicePowerSmoothingSetState(a0 nvml.Device, a1 *nvml.PowerSmoothingState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.PowerSmoothingSetState(a1)
+}
+
+func (unsupportedLibrary) DevicePowerSmoothingUpdatePresetProfileParam(a0 nvml.Device, a1 *nvml.PowerSmoothingProfile) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.PowerSmoothingUpdatePresetProfileParam(a1)
+}
+
+func (unsupportedLibrary) DeviceQueryDrainState(*nvml.PciInfo) (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceReadPRMCounters_v1(a0 nvml.Device, a1 []nvml.PRMCounterId, a2 int) (r0 []nvml.PRMCounter_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.ReadPRMCounters_v1(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceReadWritePRM_v1(a0 nvml.Device, a1 *nvml.PRMTLV_v1) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.ReadWritePRM_v1(a1)
+}
+
+func (unsupportedLibrary) DeviceRegisterEvents(a0 nvml.Device, a1 uint64, a2 nvml.EventSet) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.RegisterEvents(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceRemoveGpu(*nvml.PciInfo) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceRemoveGpu_v2(*nvml.PciInfo, nvml.DetachGpuState, nvml.PcieLinkState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) DeviceResetApplicationsClocks(a0 nvml.Device) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.ResetApplicationsClocks()
+}
+
+func (unsupportedLibrary) DeviceResetGpuLockedClocks(a0 nvml.Device) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.ResetGpuLockedClocks()
+}
+
+func (unsupportedLibrary) DeviceResetMemoryLockedClocks(a0 nvml.Device) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.ResetMemoryLockedClocks()
+}
+
+func (unsupportedLibrary) DeviceResetNvLinkErrorCounters(a0 nvml.Device, a1 int) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.ResetNvLinkErrorCounters(a1)
+}
+
+func (unsupportedLibrary) DeviceResetNvLinkUtilizationCounter(a0 nvml.Device, a1 int, a2 int) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.ResetNvLinkUtilizationCounter(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetAPIRestriction(a0 nvml.Device, a1 nvml.RestrictedAPI, a2 nvml.EnableState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetAPIRestriction(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetAccountingMode(a0 nvml.Device, a1 nvml.EnableState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetAccountingMode(a1)
+}
+
+func (unsupportedLibrary) DeviceSetAdaptiveTgpMode_v1(a0 nvml.Device, a1 nvml.EnableState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetAdaptiveTgpMode_v1(a1)
+}
+
+func (unsupportedLibrary) DeviceSetApplicationsClocks(a0 nvml.Device, a1 uint32, a2 uint32) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetApplicationsClocks(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetAutoBoostedClocksEnabled(a0 nvml.Device, a1 nvml.EnableState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetAutoBoostedClocksEnabled(a1)
+}
+
+func (unsupportedLibrary) DeviceSetClockOffsets(a0 nvml.Device, a1 nvml.ClockOffset) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetClockOffsets(a1)
+}
+
+func (unsupportedLibrary) DeviceSetComputeMode(a0 nvml.Device, a1 nvml.ComputeMode) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetComputeMode(a1)
+}
+
+func (unsupportedLibrary) DeviceSetConfComputeUnprotectedMemSize(a0 nvml.Device, a1 uint64) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetConfComputeUnprotectedMemSize(a1)
+}
+
+func (unsupportedLibrary) DeviceSetCpuAffinity(a0 nvml.Device) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetCpuAffinity()
+}
+
+func (unsupportedLibrary) DeviceSetDefaultAutoBoostedClocksEnabled(a0 nvml.Device, a1 nvml.EnableState, a2 uint32) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetDefaultAutoBoostedClocksEnabled(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetDefaultFanSpeed_v2(a0 nvml.Device, a1 int) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetDefaultFanSpeed_v2(a1)
+}
+
+func (unsupportedLibrary) DeviceSetDramEncryptionMode(a0 nvml.Device, a1 *nvml.DramEncryptionInfo) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetDramEncryptionMode(a1)
+}
+
+func (unsupportedLibrary) DeviceSetDriverModel(a0 nvml.Device, a1 nvml.DriverModel, a2 uint32) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetDriverModel(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetEccMode(a0 nvml.Device, a1 nvml.EnableState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetEccMode(a1)
+}
+
+func (unsupportedLibrary) DeviceSetFanControlPolicy(a0 nvml.Device, a1 int, a2 nvml.FanControlPolicy) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetFanControlPolicy(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetFanSpeed_v2(a0 nvml.Device, a1 int, a2 int) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetFanSpeed_v2(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetGpcClkVfOffset(a0 nvml.Device, a1 int) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetGpcClkVfOffset(a1)
+}
+
+func (unsupportedLibrary) DeviceSetGpuLockedClocks(a0 nvml.Device, a1 uint32, a2 uint32) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetGpuLockedClocks(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetGpuOperationMode(a0 nvml.Device, a1 nvml.GpuOperationMode) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetGpuOperationMode(a1)
+}
+
+func (unsupportedLibrary) DeviceSetHostname_v1(a0 nvml.Device, a1 string) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetHostname_v1(a1)
+}
+
+func (unsupportedLibrary) DeviceSetMemClkVfOffset(a0 nvml.Device, a1 int) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetMemClkVfOffset(a1)
+}
+
+func (unsupportedLibrary) DeviceSetMemoryLimits_v1(a0 nvml.Device, a1 string, a2 uint64, a3 uint64) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetMemoryLimits_v1(a1, a2, a3)
+}
+
+func (unsupportedLibrary) DeviceSetMemoryLockedClocks(a0 nvml.Device, a1 uint32, a2 uint32) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetMemoryLockedClocks(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetMigMode(a0 nvml.Device, a1 int) (nvml.Return, nvml.Return) {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetMigMode(a1)
+}
+
+func (unsupportedLibrary) DeviceSetNvLinkDeviceLowPowerThreshold(a0 nvml.Device, a1 *nvml.NvLinkPowerThres) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetNvLinkDeviceLowPowerThreshold(a1)
+}
+
+func (unsupportedLibrary) DeviceSetNvLinkUtilizationControl(a0 nvml.Device, a1 int, a2 int, a3 *nvml.NvLinkUtilizationControl, a4 bool) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetNvLinkUtilizationControl(a1, a2, a3, a4)
+}
+
+func (unsupportedLibrary) DeviceSetNvlinkBwMode(a0 nvml.Device, a1 *nvml.NvlinkSetBwMode) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetNvlinkBwMode(a1)
+}
+
+func (unsupportedLibrary) DeviceSetNvlinkBwModeAsync_v1(a0 nvml.Device, a1 *nvml.NvlinkSetBwModeAsync_v1) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetNvlinkBwModeAsync_v1(a1)
+}
+
+func (unsupportedLibrary) DeviceSetPersistenceMode(a0 nvml.Device, a1 nvml.EnableState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetPersistenceMode(a1)
+}
+
+func (unsupportedLibrary) DeviceSetPowerManagementLimit(a0 nvml.Device, a1 uint32) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetPowerManagementLimit(a1)
+}
+
+func (unsupportedLibrary) DeviceSetPowerManagementLimit_v2(a0 nvml.Device, a1 *nvml.PowerValue_v2) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetPowerManagementLimit_v2(a1)
+}
+
+func (unsupportedLibrary) DeviceSetRusdSettings_v1(a0 nvml.Device, a1 nvml.RusdSettings_v1) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetRusdSettings_v1(a1)
+}
+
+func (unsupportedLibrary) DeviceSetTemperatureThreshold(a0 nvml.Device, a1 nvml.TemperatureThresholds, a2 int) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetTemperatureThreshold(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetVgpuCapabilities(a0 nvml.Device, a1 nvml.DeviceVgpuCapability, a2 nvml.EnableState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetVgpuCapabilities(a1, a2)
+}
+
+func (unsupportedLibrary) DeviceSetVgpuHeterogeneousMode(a0 nvml.Device, a1 nvml.VgpuHeterogeneousMode) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetVgpuHeterogeneousMode(a1)
+}
+
+func (unsupportedLibrary) DeviceSetVgpuSchedulerState(a0 nvml.Device, a1 *nvml.VgpuSchedulerSetState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetVgpuSchedulerState(a1)
+}
+
+func (unsupportedLibrary) DeviceSetVgpuSchedulerState_v2(a0 nvml.Device, a1 *nvml.VgpuSchedulerState_v2) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetVgpuSchedulerState_v2(a1)
+}
+
+func (unsupportedLibrary) DeviceSetVirtualizationMode(a0 nvml.Device, a1 nvml.GpuVirtualizationMode) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetVirtualizationMode(a1)
+}
+
+func (unsupportedLibrary) DeviceValidateInforom(a0 nvml.Device) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.ValidateInforom()
+}
+
+func (unsupportedLibrary) DeviceVgpuForceGspUnload(a0 nvml.Device) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.VgpuForceGspUnload()
+}
+
+func (unsupportedLibrary) DeviceWorkloadPowerProfileClearRequestedProfiles(a0 nvml.Device, a1 *nvml.WorkloadPowerProfileRequestedProfiles) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.WorkloadPowerProfileClearRequestedProfiles(a1)
+}
+
+func (unsupportedLibrary) DeviceWorkloadPowerProfileGetCurrentProfiles(a0 nvml.Device) (r0 nvml.WorkloadPowerProfileCurrentProfiles, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.WorkloadPowerProfileGetCurrentProfiles()
+}
+
+func (unsupportedLibrary) DeviceWorkloadPowerProfileGetProfilesInfo(a0 nvml.Device) (r0 nvml.WorkloadPowerProfileProfilesInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.WorkloadPowerProfileGetProfilesInfo()
+}
+
+func (unsupportedLibrary) DeviceWorkloadPowerProfileSetRequestedProfiles(a0 nvml.Device, a1 *nvml.WorkloadPowerProfileRequestedProfiles) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.WorkloadPowerProfileSetRequestedProfiles(a1)
+}
+
+func (unsupportedLibrary) DeviceWorkloadPowerProfileUpdateProfiles_v1(a0 nvml.Device, a1 nvml.PowerProfileOperation, a2 []nvml.PowerProfileType) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.WorkloadPowerProfileUpdateProfiles_v1(a1, a2)
+}
+
+func (unsupportedLibrary) ErrorString(nvml.Return) (r0 string) {
+	return r0
+}
+
+func (unsupportedLibrary) EventSetCreate() (r0 nvml.EventSet, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) EventSetFree(a0 nvml.EventSet) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.Free()
+}
+
+func (unsupportedLibrary) EventSetGetContextCount_v1(a0 nvml.EventSet) (r0 nvml.GetContextCount_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetContextCount_v1()
+}
+
+func (unsupportedLibrary) EventSetGetContextData_v1(a0 nvml.EventSet, a1 nvml.GetContextData_v1) (r0 nvml.GetContextData_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetContextData_v1(a1)
+}
+
+func (unsupportedLibrary) EventSetGetContextInfo_v1(a0 nvml.EventSet, a1 uint32) (r0 nvml.GetContextInfo_v1, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetContextInfo_v1(a1)
+}
+
+func (unsupportedLibrary) EventSetGetGpuOperationalEventContextLegacyXid_v1(a0 nvml.EventSet, a1 uint32) (r0 uint32, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetGpuOperationalEventContextLegacyXid_v1(a1)
+}
+
+func (unsupportedLibrary) EventSetRegisterGpuOperationalEvents_v1(a0 nvml.EventSet, a1 *nvml.GpuOperationalEventConfig_v1) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.RegisterGpuOperationalEvents_v1(a1)
+}
+
+func (unsupportedLibrary) EventSetWait(a0 nvml.EventSet, a1 uint32) (r0 nvml.EventData, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.Wait(a1)
+}
+
+func (unsupportedLibrary) EventSetWait_v3(a0 nvml.EventSet, a1 uint32) (r0 nvml.EventSetWaitData_v3, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.Wait_v3(a1)
+}
+
+func (unsupportedLibrary) Extensions() (r0 nvml.ExtendedInterface) {
+	return r0
+}
+
+func (unsupportedLibrary) GetExcludedDeviceCount() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GetExcludedDeviceInfoByIndex(int) (r0 nvml.ExcludedDeviceInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GetVgpuCompatibility(*nvml.VgpuMetadata, *nvml.VgpuPgpuMetadata) (r0 nvml.VgpuPgpuCompatibility, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GetVgpuDriverCapabilities(nvml.VgpuDriverCapability) (r0 bool, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GetVgpuVersion() (r0 nvml.VgpuVersion, r1 nvml.VgpuVersion, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GpmMetricsGet(*nvml.GpmMetricsGetType) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GpmMetricsGetV(*nvml.GpmMetricsGetType) (r0 nvml.GpmMetricsGetVType) {
+	return r0
+}
+
+func (unsupportedLibrary) GpmMigSampleGet(nvml.Device, int, nvml.GpmSample) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GpmQueryDeviceSupport(nvml.Device) (r0 nvml.GpmSupport, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GpmQueryDeviceSupportV(nvml.Device) (r0 nvml.GpmSupportV) {
+	return r0
+}
+
+func (unsupportedLibrary) GpmQueryIfStreamingEnabled(nvml.Device) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GpmSampleAlloc() (r0 nvml.GpmSample, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GpmSampleFree(nvml.GpmSample) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GpmSampleGet(nvml.Device, nvml.GpmSample) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GpmSetStreamingEnabled(nvml.Device, uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) GpuInstanceCreateComputeInstance(a0 nvml.GpuInstance, a1 *nvml.ComputeInstanceProfileInfo) (r0 nvml.ComputeInstance, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.CreateComputeInstance(a1)
+}
+
+func (unsupportedLibrary) GpuInstanceCreateComputeInstanceWithPlacement(a0 nvml.GpuInstance, a1 *nvml.ComputeInstanceProfileInfo, a2 *nvml.ComputeInstancePlacement) (r0 nvml.ComputeInstance, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.CreateComputeInstanceWithPlacement(a1, a2)
+}
+
+func (unsupportedLibrary) GpuInstanceDestroy(a0 nvml.GpuInstance) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.Destroy()
+}
+
+func (unsupportedLibrary) GpuInstanceGetActiveVgpus(a0 nvml.GpuInstance) (r0 nvml.ActiveVgpuInstanceInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetActiveVgpus()
+}
+
+func (unsupportedLibrary) GpuInstanceGetComputeInstanceById(a0 nvml.GpuInstance, a1 int) (r0 nvml.ComputeInstance, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetComputeInstanceById(a1)
+}
+
+func (unsupportedLibrary) GpuInstanceGetComputeInstancePossiblePlacements(a0 nvml.GpuInstance, a1 *nvml.ComputeInstanceProfileInfo) (r0 []nvml.ComputeInstancePlacement, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetComputeInstancePossiblePlacements(a1)
+}
+
+func (unsupportedLibrary) GpuInstanceGetComputeInstanceProfileInfo(a0 nvml.GpuInstance, a1 int, a2 int) (r0 nvml.ComputeInstanceProfileInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetComputeInstanceProfileInfo(a1, a2)
+}
+
+func (unsupportedLibrary) GpuInstanceGetComputeInstanceProfileInfoV(a0 nvml.GpuInstance, a1 int, a2 int) (r0 nvml.ComputeInstanceProfileInfoHandler) {
+	if a0 == nil {
+		return r0
+	}
+	return a0.GetComputeInstanceProfileInfoV(a1, a2)
+}
+
+func (unsupportedLibrary) GpuInstanceGetComputeInstanceRemainingCapacity(a0 nvml.GpuInstance, a1 *nvml.ComputeInstanceProfileInfo) (r0 int, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetComputeInstanceRemainingCapacity(a1)
+}
+
+func (unsupportedLibrary) GpuInstanceGetComputeInstances(a0 nvml.GpuInstance, a1 *nvml.ComputeInstanceProfileInfo) (r0 []nvml.ComputeInstance, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetComputeInstances(a1)
+}
+
+func (unsupportedLibrary) GpuInstanceGetCreatableVgpus(a0 nvml.GpuInstance) (r0 nvml.VgpuTypeIdInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetCreatableVgpus()
+}
+
+func (unsupportedLibrary) GpuInstanceGetInfo(a0 nvml.GpuInstance) (r0 nvml.GpuInstanceInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetInfo()
+}
+
+func (unsupportedLibrary) GpuInstanceGetVgpuHeterogeneousMode(a0 nvml.GpuInstance) (r0 nvml.VgpuHeterogeneousMode, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuHeterogeneousMode()
+}
+
+func (unsupportedLibrary) GpuInstanceGetVgpuSchedulerLog(a0 nvml.GpuInstance) (r0 nvml.VgpuSchedulerLogInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuSchedulerLog()
+}
+
+func (unsupportedLibrary) GpuInstanceGetVgpuSchedulerLog_v2(a0 nvml.GpuInstance, a1 nvml.VgpuSchedulerLogInfo_v2) (r0 nvml.VgpuSchedulerLogInfo_v2, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuSchedulerLog_v2(a1)
+}
+
+func (unsupportedLibrary) GpuInstanceGetVgpuSchedulerState(a0 nvml.GpuInstance) (r0 nvml.VgpuSchedulerStateInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuSchedulerState()
+}
+
+func (unsupportedLibrary) GpuInstanceGetVgpuSchedulerState_v2(a0 nvml.GpuInstance, a1 nvml.VgpuSchedulerStateInfo_v2) (r0 nvml.VgpuSchedulerStateInfo_v2, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuSchedulerState_v2(a1)
+}
+
+func (unsupportedLibrary) GpuInstanceGetVgpuTypeCreatablePlacements(a0 nvml.GpuInstance) (r0 nvml.VgpuCreatablePlacementInfo, ret nvml.Return) {
+	if a0 == nil {
+		return r0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.GetVgpuTypeCreatablePlacements()
+}
+
+func (unsupportedLibrary) GpuInstanceSetVgpuHeterogeneousMode(a0 nvml.GpuInstance, a1 *nvml.VgpuHeterogeneousMode) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetVgpuHeterogeneousMode(a1)
+}
+
+func (unsupportedLibrary) GpuInstanceSetVgpuSchedulerState(a0 nvml.GpuInstance, a1 *nvml.VgpuSchedulerState) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetVgpuSchedulerState(a1)
+}
+
+func (unsupportedLibrary) GpuInstanceSetVgpuSchedulerState_v2(a0 nvml.GpuInstance, a1 *nvml.VgpuSchedulerState_v2) nvml.Return {
+	if a0 == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return a0.SetVgpuSchedulerState_v2(a1)
+}
+
+func (unsupportedLibrary) Init() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) InitWithFlags(uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SetVgpuVersion(*nvml.VgpuVersion) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) Shutdown() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemEventSetCreate(*nvml.SystemEventSetCreateRequest) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemEventSetFree(*nvml.SystemEventSetFreeRequest) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemEventSetWait(*nvml.SystemEventSetWaitRequest) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetCPER_v1(*nvml.GetCPER_v1) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetConfComputeCapabilities() (r0 nvml.ConfComputeSystemCaps, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetConfComputeGpusReadyState() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetConfComputeKeyRotationThresholdInfo() (r0 nvml.ConfComputeGetKeyRotationThresholdInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetConfComputeSettings() (r0 nvml.SystemConfComputeSettings, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetConfComputeState() (r0 nvml.ConfComputeSystemState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetCudaDriverVersion() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetCudaDriverVersion_v2() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetDriverBranch() (r0 nvml.SystemDriverBranchInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetDriverVersion() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetHicVersion() (r0 []nvml.HwbcEntry, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetNVMLVersion() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetNvlinkBwMode() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetProcessName(int) (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemGetTopologyGpuSet(int) (r0 []nvml.Device, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemRegisterEvents(*nvml.SystemRegisterEventRequest) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemSetConfComputeGpusReadyState(uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemSetConfComputeKeyRotationThresholdInfo(nvml.ConfComputeSetKeyRotationThresholdInfo) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) SystemSetNvlinkBwMode(uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) UnitGetCount() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) UnitGetDevices(nvml.Unit) (r0 []nvml.Device, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) UnitGetFanSpeedInfo(nvml.Unit) (r0 nvml.UnitFanSpeeds, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) UnitGetHandleByIndex(int) (r0 nvml.Unit, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) UnitGetLedState(nvml.Unit) (r0 nvml.LedState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) UnitGetPsuInfo(nvml.Unit) (r0 nvml.PSUInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) UnitGetTemperature(nvml.Unit, int) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) UnitGetUnitInfo(nvml.Unit) (r0 nvml.UnitInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) UnitSetLedState(nvml.Unit, nvml.LedColor) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceClearAccountingPids(nvml.VgpuInstance) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetAccountingMode(nvml.VgpuInstance) (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetAccountingPids(nvml.VgpuInstance) (r0 []int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetAccountingStats(nvml.VgpuInstance, int) (r0 nvml.AccountingStats, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetEccMode(nvml.VgpuInstance) (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetEncoderCapacity(nvml.VgpuInstance) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetEncoderSessions(nvml.VgpuInstance) (r0 int, r1 nvml.EncoderSessionInfo, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetEncoderStats(nvml.VgpuInstance) (r0 int, r1 uint32, r2 uint32, ret nvml.Return) {
+	return r0, r1, r2, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetFBCSessions(nvml.VgpuInstance) (r0 int, r1 nvml.FBCSessionInfo, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetFBCStats(nvml.VgpuInstance) (r0 nvml.FBCStats, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetFbUsage(nvml.VgpuInstance) (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetFrameRateLimit(nvml.VgpuInstance) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetGpuInstanceId(nvml.VgpuInstance) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetGpuPciId(nvml.VgpuInstance) (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetLicenseInfo(nvml.VgpuInstance) (r0 nvml.VgpuLicenseInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetLicenseStatus(nvml.VgpuInstance) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetMdevUUID(nvml.VgpuInstance) (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetMetadata(nvml.VgpuInstance) (r0 nvml.VgpuMetadata, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetRuntimeStateSize(nvml.VgpuInstance) (r0 nvml.VgpuRuntimeState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetType(nvml.VgpuInstance) (r0 nvml.VgpuTypeId, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetUUID(nvml.VgpuInstance) (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetVmDriverVersion(nvml.VgpuInstance) (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceGetVmID(nvml.VgpuInstance) (r0 string, r1 nvml.VgpuVmIdType, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuInstanceSetEncoderCapacity(nvml.VgpuInstance, int) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetBAR1Info(nvml.VgpuTypeId) (r0 nvml.VgpuTypeBar1Info, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetCapabilities(nvml.VgpuTypeId, nvml.VgpuCapability) (r0 bool, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetClass(nvml.VgpuTypeId) (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetDeviceID(nvml.VgpuTypeId) (r0 uint64, r1 uint64, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetFrameRateLimit(nvml.VgpuTypeId) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetFramebufferSize(nvml.VgpuTypeId) (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetGpuInstanceProfileId(nvml.VgpuTypeId) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetID(nvml.VgpuTypeId) (r0 uint32) {
+	return r0
+}
+
+func (unsupportedLibrary) VgpuTypeGetLicense(nvml.VgpuTypeId) (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetMaxInstances(nvml.Device, nvml.VgpuTypeId) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetMaxInstancesPerGpuInstance(*nvml.VgpuTypeMaxInstance) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetMaxInstancesPerVm(nvml.VgpuTypeId) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetName(nvml.VgpuTypeId) (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetNumDisplayHeads(nvml.VgpuTypeId) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedLibrary) VgpuTypeGetResolution(nvml.VgpuTypeId, int) (r0 uint32, r1 uint32, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+// unsupportedDevice implements nvml.Device: every method returns zero
+// values and ERROR_NOT_SUPPORTED in its nvml.Return results. A type that
+// embeds it defines the methods it implements, which shadow these. It keeps
+// no state: calls leave nothing behind.
+type unsupportedDevice struct{}
+
+var _ nvml.Device = unsupportedDevice{}
+
+func (unsupportedDevice) ClearAccountingPids() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ClearCpuAffinity() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ClearEccErrorCounts(nvml.EccCounterType) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ClearFieldValues([]nvml.FieldValue) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) CreateGpuInstance(*nvml.GpuInstanceProfileInfo) (r0 nvml.GpuInstance, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) CreateGpuInstanceWithPlacement(*nvml.GpuInstanceProfileInfo, *nvml.GpuInstancePlacement) (r0 nvml.GpuInstance, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) FreezeNvLinkUtilizationCounter(int, int, nvml.EnableState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAPIRestriction(nvml.RestrictedAPI) (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAccountingBufferSize() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAccountingMode() (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAccountingPids() (r0 []int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAccountingStats(uint32) (r0 nvml.AccountingStats, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAccountingStats_v2(uint32) (r0 nvml.AccountingStats_v2, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetActiveVgpus() (r0 []nvml.VgpuInstance, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAdaptiveClockInfoStatus() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAdaptiveTgpModeInfo_v1() (r0 nvml.AdaptiveTgpModeInfo_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAddressingMode() (r0 nvml.DeviceAddressingMode, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetApplicationsClock(nvml.ClockType) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetArchitecture() (r0 nvml.DeviceArchitecture, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAttributes() (r0 nvml.DeviceAttributes, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetAutoBoostedClocksEnabled() (r0 nvml.EnableState, r1 nvml.EnableState, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetBAR1MemoryInfo() (r0 nvml.BAR1Memory, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetBBXTimeData_v1() (r0 nvml.BBXTimeData_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetBankRemapperStatus_v1() (r0 nvml.EccBankRemapperStatus_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetBoardId() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetBoardPartNumber() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetBrand() (r0 nvml.BrandType, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetBridgeChipInfo() (r0 nvml.BridgeChipHierarchy, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetBusType() (r0 nvml.BusType, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetC2cModeInfoV() (r0 nvml.C2cModeInfoHandler) {
+	return r0
+}
+
+func (unsupportedDevice) GetCapabilities() (r0 nvml.DeviceCapabilities, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetClkMonStatus() (r0 nvml.ClkMonStatus, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetClock(nvml.ClockType, nvml.ClockId) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetClockInfo(nvml.ClockType) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetClockOffsets() (r0 nvml.ClockOffset, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetComputeInstanceId() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetComputeMode() (r0 nvml.ComputeMode, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetComputeRunningProcesses() (r0 []nvml.ProcessInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetConfComputeGpuAttestationReport(*nvml.ConfComputeGpuAttestationReport) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetConfComputeGpuCertificate() (r0 nvml.ConfComputeGpuCertificate, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetConfComputeMemSizeInfo() (r0 nvml.ConfComputeMemSizeInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetConfComputeProtectedMemoryUsage() (r0 nvml.Memory, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetCoolerInfo() (r0 nvml.CoolerInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetCpuAffinity(int) (r0 []uint, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetCpuAffinityWithinScope(int, nvml.AffinityScope) (r0 []uint, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetCreatableVgpus() (r0 []nvml.VgpuTypeId, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetCudaComputeCapability() (r0 int, r1 int, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetCurrPcieLinkGeneration() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetCurrPcieLinkWidth() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetCurrentClockFreqs() (r0 nvml.DeviceCurrentClockFreqs, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetCurrentClocksEventReasons() (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetCurrentClocksThrottleReasons() (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDecoderUtilization() (r0 uint32, r1 uint32, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDefaultApplicationsClock(nvml.ClockType) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDefaultEccMode() (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDetailedEccErrors(nvml.MemoryErrorType, nvml.EccCounterType) (r0 nvml.EccErrorCounts, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDeviceHandleFromMigDeviceHandle() (r0 nvml.Device, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDisplayActive() (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDisplayMode() (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDramEncryptionMode() (r0 nvml.DramEncryptionInfo, r1 nvml.DramEncryptionInfo, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDriverModel() (r0 nvml.DriverModel, r1 nvml.DriverModel, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDriverModel_v2() (r0 nvml.DriverModel, r1 nvml.DriverModel, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetDynamicPstatesInfo() (r0 nvml.GpuDynamicPstatesInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetEccMode() (r0 nvml.EnableState, r1 nvml.EnableState, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetEncoderCapacity(nvml.EncoderType) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetEncoderSessions() (r0 []nvml.EncoderSessionInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetEncoderStats() (r0 int, r1 uint32, r2 uint32, ret nvml.Return) {
+	return r0, r1, r2, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetEncoderUtilization() (r0 uint32, r1 uint32, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetEnforcedPowerLimit() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetFBCSessions() (r0 []nvml.FBCSessionInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetFBCStats() (r0 nvml.FBCStats, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetFanControlPolicy_v2(int) (r0 nvml.FanControlPolicy, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetFanSpeed() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetFanSpeedRPM() (r0 nvml.FanSpeedInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetFanSpeed_v2(int) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetFieldValues([]nvml.FieldValue) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpcClkMinMaxVfOffset() (r0 int, r1 int, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpcClkVfOffset() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpuFabricInfo() (r0 nvml.GpuFabricInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpuFabricInfoV() (r0 nvml.GpuFabricInfoHandler) {
+	return r0
+}
+
+func (unsupportedDevice) GetGpuFabricInfo_v4() (r0 nvml.GpuFabricInfo_v4, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpuInstanceById(int) (r0 nvml.GpuInstance, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpuInstanceId() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpuInstancePossiblePlacements(*nvml.GpuInstanceProfileInfo) (r0 []nvml.GpuInstancePlacement, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpuInstanceProfileInfo(int) (r0 nvml.GpuInstanceProfileInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpuInstanceProfileInfoByIdV(int) (r0 nvml.GpuInstanceProfileInfoByIdHandler) {
+	return r0
+}
+
+func (unsupportedDevice) GetGpuInstanceProfileInfoV(int) (r0 nvml.GpuInstanceProfileInfoHandler) {
+	return r0
+}
+
+func (unsupportedDevice) GetGpuInstanceRemainingCapacity(*nvml.GpuInstanceProfileInfo) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpuInstances(*nvml.GpuInstanceProfileInfo) (r0 []nvml.GpuInstance, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpuMaxPcieLinkGeneration() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGpuOperationMode() (r0 nvml.GpuOperationMode, r1 nvml.GpuOperationMode, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGraphicsRunningProcesses() (r0 []nvml.ProcessInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGridLicensableFeatures() (r0 nvml.GridLicensableFeatures, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGspFirmwareMode() (r0 bool, r1 bool, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetGspFirmwareVersion() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetHostVgpuMode() (r0 nvml.HostVgpuMode, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetHostname_v1() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetIndex() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetInforomConfigurationChecksum() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetInforomImageVersion() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetInforomVersion(nvml.InforomObject) (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetIrqNum() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetJpgUtilization() (r0 uint32, r1 uint32, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetLastBBXFlushTime() (r0 uint64, r1 uint, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMPSComputeRunningProcesses() (r0 []nvml.ProcessInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMarginTemperature() (r0 nvml.MarginTemperature, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMaxClockInfo(nvml.ClockType) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMaxCustomerBoostClock(nvml.ClockType) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMaxMigDeviceCount() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMaxPcieLinkGeneration() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMaxPcieLinkWidth() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMemClkMinMaxVfOffset() (r0 int, r1 int, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMemClkVfOffset() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMemoryAffinity(int, nvml.AffinityScope) (r0 []uint, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMemoryBusWidth() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMemoryErrorCounter(nvml.MemoryErrorType, nvml.EccCounterType, nvml.MemoryLocation) (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMemoryInfo() (r0 nvml.Memory, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMemoryInfo_v2() (r0 nvml.Memory_v2, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMemoryLimits_v1(string) (r0 nvml.MemoryLimits_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMigDeviceHandleByIndex(int) (r0 nvml.Device, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMigMode() (r0 int, r1 int, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMinMaxClockOfPState(nvml.ClockType, nvml.Pstates) (r0 uint32, r1 uint32, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMinMaxFanSpeed() (r0 int, r1 int, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMinorNumber() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetModuleId() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetMultiGpuBoard() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetName() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNumFans() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNumGpuCores() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNumaNodeId() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvLinkCapability(int, nvml.NvLinkCapability) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvLinkErrorCounter(int, nvml.NvLinkErrorCounter) (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvLinkInfo() (r0 nvml.NvLinkInfoHandler) {
+	return r0
+}
+
+func (unsupportedDevice) GetNvLinkRemoteDeviceType(int) (r0 nvml.IntNvLinkDeviceType, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvLinkRemotePciInfo(int) (r0 nvml.PciInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvLinkState(int) (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvLinkTelemetrySamples_v1(nvml.NvlinkTelemetrySamples_v1) (r0 nvml.NvlinkTelemetrySamples_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvLinkUtilizationControl(int, int) (r0 nvml.NvLinkUtilizationControl, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvLinkUtilizationCounter(int, int) (r0 uint64, r1 uint64, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvLinkVersion(int) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvlinkBwMode() (r0 nvml.NvlinkGetBwMode, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetNvlinkSupportedBwModes() (r0 nvml.NvlinkSupportedBwModes, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetOfaUtilization() (r0 uint32, r1 uint32, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetP2PStatus(nvml.Device, nvml.GpuP2PCapsIndex) (r0 nvml.GpuP2PStatus, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPciInfo() (r0 nvml.PciInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPciInfoExt() (r0 nvml.PciInfoExt, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPcieLinkMaxSpeed() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPcieReplayCounter() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPcieSpeed() (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPcieThroughput(nvml.PcieUtilCounter) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPdi() (r0 nvml.Pdi, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPerformanceModes() (r0 nvml.DevicePerfModes, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPerformanceState() (r0 nvml.Pstates, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPersistenceMode() (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPgpuMetadataString() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPlatformInfo() (r0 nvml.PlatformInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPowerManagementDefaultLimit() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPowerManagementLimit() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPowerManagementLimitConstraints() (r0 uint32, r1 uint32, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPowerManagementMode() (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPowerMizerMode_v1() (r0 nvml.DevicePowerMizerModes_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPowerSource() (r0 nvml.PowerSource, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPowerState() (r0 nvml.Pstates, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetPowerUsage() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetProcessUtilization(uint64) (r0 []nvml.ProcessUtilizationSample, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetProcessesUtilizationInfo() (r0 nvml.ProcessesUtilizationInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetRemappedRows() (r0 int, r1 int, r2 bool, r3 bool, ret nvml.Return) {
+	return r0, r1, r2, r3, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetRemappedRows_v2() (r0 nvml.RemappedRowsInfo_v2, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetRepairStatus() (r0 nvml.RepairStatus, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetRetiredPages(nvml.PageRetirementCause) (r0 []uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetRetiredPagesPendingStatus() (r0 nvml.EnableState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetRetiredPages_v2(nvml.PageRetirementCause) (r0 []uint64, r1 []uint64, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetRowRemapperHistogram() (r0 nvml.RowRemapperHistogramValues, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetRunningProcessDetailList() (r0 nvml.ProcessDetailList, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSamples(nvml.SamplingType, uint64) (r0 nvml.ValueType, r1 []nvml.Sample, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSerial() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSramEccErrorStatus() (r0 nvml.EccSramErrorStatus, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSramUniqueUncorrectedEccErrorCounts(*nvml.EccSramUniqueUncorrectedErrorCounts) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSupportedClocksEventReasons() (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSupportedClocksThrottleReasons() (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSupportedEventTypes() (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSupportedGraphicsClocks(int) (r0 int, r1 uint32, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSupportedMemoryClocks() (r0 int, r1 uint32, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSupportedPerformanceStates() (r0 []nvml.Pstates, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetSupportedVgpus() (r0 []nvml.VgpuTypeId, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetTargetFanSpeed(int) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetTemperature(nvml.TemperatureSensors) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetTemperatureThreshold(nvml.TemperatureThresholds) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetTemperatureV() (r0 nvml.TemperatureHandler) {
+	return r0
+}
+
+func (unsupportedDevice) GetThermalSettings(uint32) (r0 nvml.GpuThermalSettings, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetTopologyCommonAncestor(nvml.Device) (r0 nvml.GpuTopologyLevel, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetTopologyNearestGpus(nvml.GpuTopologyLevel) (r0 []nvml.Device, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetTotalEccErrors(nvml.MemoryErrorType, nvml.EccCounterType) (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetTotalEnergyConsumption() (r0 uint64, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetUUID() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetUnrepairableMemoryFlag_v1() (r0 nvml.UnrepairableMemoryStatus_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetUtilizationRates() (r0 nvml.Utilization, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVbiosVersion() (r0 string, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuCapabilities(nvml.DeviceVgpuCapability) (r0 bool, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuHeterogeneousMode() (r0 nvml.VgpuHeterogeneousMode, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuInstancesUtilizationInfo() (r0 nvml.VgpuInstancesUtilizationInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuMetadata() (r0 nvml.VgpuPgpuMetadata, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuProcessUtilization(uint64) (r0 []nvml.VgpuProcessUtilizationSample, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuProcessesUtilizationInfo() (r0 nvml.VgpuProcessesUtilizationInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuSchedulerCapabilities() (r0 nvml.VgpuSchedulerCapabilities, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuSchedulerLog() (r0 nvml.VgpuSchedulerLog, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuSchedulerLog_v2(nvml.VgpuSchedulerLogInfo_v2) (r0 nvml.VgpuSchedulerLogInfo_v2, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuSchedulerState() (r0 nvml.VgpuSchedulerGetState, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuSchedulerState_v2(nvml.VgpuSchedulerStateInfo_v2) (r0 nvml.VgpuSchedulerStateInfo_v2, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuTypeCreatablePlacements(nvml.VgpuTypeId) (r0 nvml.VgpuPlacementList, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuTypeSupportedPlacements(nvml.VgpuTypeId) (r0 nvml.VgpuPlacementList, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVgpuUtilization(uint64) (r0 nvml.ValueType, r1 []nvml.VgpuInstanceUtilizationSample, ret nvml.Return) {
+	return r0, r1, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetViolationStatus(nvml.PerfPolicyType) (r0 nvml.ViolationTime, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GetVirtualizationMode() (r0 nvml.GpuVirtualizationMode, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GpmMigSampleGet(int, nvml.GpmSample) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GpmQueryDeviceSupport() (r0 nvml.GpmSupport, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GpmQueryDeviceSupportV() (r0 nvml.GpmSupportV) {
+	return r0
+}
+
+func (unsupportedDevice) GpmQueryIfStreamingEnabled() (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GpmSampleGet(nvml.GpmSample) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) GpmSetStreamingEnabled(uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) IsMigDeviceHandle() (r0 bool, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) OnSameBoard(nvml.Device) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) PerfMetricsGetSamples_v1() (r0 nvml.PerfMetricsSamples_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) PowerSmoothingActivatePresetProfile(*nvml.PowerSmoothingProfile) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) PowerSmoothingSetState(*nvml.PowerSmoothingState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) PowerSmoothingUpdatePresetProfileParam(*nvml.PowerSmoothingProfile) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ReadPRMCounters_v1([]nvml.PRMCounterId, int) (r0 []nvml.PRMCounter_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ReadWritePRM_v1(*nvml.PRMTLV_v1) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) RegisterEvents(uint64, nvml.EventSet) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ResetApplicationsClocks() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ResetGpuLockedClocks() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ResetMemoryLockedClocks() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ResetNvLinkErrorCounters(int) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ResetNvLinkUtilizationCounter(int, int) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetAPIRestriction(nvml.RestrictedAPI, nvml.EnableState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetAccountingMode(nvml.EnableState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetAdaptiveTgpMode_v1(nvml.EnableState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetApplicationsClocks(uint32, uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetAutoBoostedClocksEnabled(nvml.EnableState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetClockOffsets(nvml.ClockOffset) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetComputeMode(nvml.ComputeMode) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetConfComputeUnprotectedMemSize(uint64) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetCpuAffinity() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetDefaultAutoBoostedClocksEnabled(nvml.EnableState, uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetDefaultFanSpeed_v2(int) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetDramEncryptionMode(*nvml.DramEncryptionInfo) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetDriverModel(nvml.DriverModel, uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetEccMode(nvml.EnableState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetFanControlPolicy(int, nvml.FanControlPolicy) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetFanSpeed_v2(int, int) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetGpcClkVfOffset(int) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetGpuLockedClocks(uint32, uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetGpuOperationMode(nvml.GpuOperationMode) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetHostname_v1(string) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetMemClkVfOffset(int) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetMemoryLimits_v1(string, uint64, uint64) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetMemoryLockedClocks(uint32, uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetMigMode(int) (nvml.Return, nvml.Return) {
+	return nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetNvLinkDeviceLowPowerThreshold(*nvml.NvLinkPowerThres) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetNvLinkUtilizationControl(int, int, *nvml.NvLinkUtilizationControl, bool) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetNvlinkBwMode(*nvml.NvlinkSetBwMode) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetNvlinkBwModeAsync_v1(*nvml.NvlinkSetBwModeAsync_v1) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetPersistenceMode(nvml.EnableState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetPowerManagementLimit(uint32) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetPowerManagementLimit_v2(*nvml.PowerValue_v2) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetRusdSettings_v1(nvml.RusdSettings_v1) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetTemperatureThreshold(nvml.TemperatureThresholds, int) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetVgpuCapabilities(nvml.DeviceVgpuCapability, nvml.EnableState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetVgpuHeterogeneousMode(nvml.VgpuHeterogeneousMode) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetVgpuSchedulerState(*nvml.VgpuSchedulerSetState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetVgpuSchedulerState_v2(*nvml.VgpuSchedulerState_v2) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) SetVirtualizationMode(nvml.GpuVirtualizationMode) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) ValidateInforom() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) VgpuForceGspUnload() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) VgpuTypeGetMaxInstances(nvml.VgpuTypeId) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) WorkloadPowerProfileClearRequestedProfiles(*nvml.WorkloadPowerProfileRequestedProfiles) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) WorkloadPowerProfileGetCurrentProfiles() (r0 nvml.WorkloadPowerProfileCurrentProfiles, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) WorkloadPowerProfileGetProfilesInfo() (r0 nvml.WorkloadPowerProfileProfilesInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) WorkloadPowerProfileSetRequestedProfiles(*nvml.WorkloadPowerProfileRequestedProfiles) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedDevice) WorkloadPowerProfileUpdateProfiles_v1(nvml.PowerProfileOperation, []nvml.PowerProfileType) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+// unsupportedGpuInstance implements nvml.GpuInstance: every method returns
+// zero values and ERROR_NOT_SUPPORTED in its nvml.Return results. A type
+// that embeds it defines the methods it implements, which shadow these. It
+// keeps no state: calls leave nothing behind.
+type unsupportedGpuInstance struct{}
+
+var _ nvml.GpuInstance = unsupportedGpuInstance{}
+
+func (unsupportedGpuInstance) CreateComputeInstance(*nvml.ComputeInstanceProfileInfo) (r0 nvml.ComputeInstance, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) CreateComputeInstanceWithPlacement(*nvml.ComputeInstanceProfileInfo, *nvml.ComputeInstancePlacement) (r0 nvml.ComputeInstance, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) Destroy() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetActiveVgpus() (r0 nvml.ActiveVgpuInstanceInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetComputeInstanceById(int) (r0 nvml.ComputeInstance, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetComputeInstancePossiblePlacements(*nvml.ComputeInstanceProfileInfo) (r0 []nvml.ComputeInstancePlacement, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetComputeInstanceProfileInfo(int, int) (r0 nvml.ComputeInstanceProfileInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetComputeInstanceProfileInfoV(int, int) (r0 nvml.ComputeInstanceProfileInfoHandler) {
+	return r0
+}
+
+func (unsupportedGpuInstance) GetComputeInstanceRemainingCapacity(*nvml.ComputeInstanceProfileInfo) (r0 int, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetComputeInstances(*nvml.ComputeInstanceProfileInfo) (r0 []nvml.ComputeInstance, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetCreatableVgpus() (r0 nvml.VgpuTypeIdInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetInfo() (r0 nvml.GpuInstanceInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetVgpuHeterogeneousMode() (r0 nvml.VgpuHeterogeneousMode, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetVgpuSchedulerLog() (r0 nvml.VgpuSchedulerLogInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetVgpuSchedulerLog_v2(nvml.VgpuSchedulerLogInfo_v2) (r0 nvml.VgpuSchedulerLogInfo_v2, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetVgpuSchedulerState() (r0 nvml.VgpuSchedulerStateInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetVgpuSchedulerState_v2(nvml.VgpuSchedulerStateInfo_v2) (r0 nvml.VgpuSchedulerStateInfo_v2, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) GetVgpuTypeCreatablePlacements() (r0 nvml.VgpuCreatablePlacementInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) SetVgpuHeterogeneousMode(*nvml.VgpuHeterogeneousMode) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) SetVgpuSchedulerState(*nvml.VgpuSchedulerState) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedGpuInstance) SetVgpuSchedulerState_v2(*nvml.VgpuSchedulerState_v2) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+// unsupportedComputeInstance implements nvml.ComputeInstance: every method
+// returns zero values and ERROR_NOT_SUPPORTED in its nvml.Return results. A
+// type that embeds it defines the methods it implements, which shadow
+// these. It keeps no state: calls leave nothing behind.
+type unsupportedComputeInstance struct{}
+
+var _ nvml.ComputeInstance = unsupportedComputeInstance{}
+
+func (unsupportedComputeInstance) Destroy() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedComputeInstance) GetInfo() (r0 nvml.ComputeInstanceInfo, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+// unsupportedEventSet implements nvml.EventSet: every method returns zero
+// values and ERROR_NOT_SUPPORTED in its nvml.Return results. A type that
+// embeds it defines the methods it implements, which shadow these. It keeps
+// no state: calls leave nothing behind.
+type unsupportedEventSet struct{}
+
+var _ nvml.EventSet = unsupportedEventSet{}
+
+func (unsupportedEventSet) Free() nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedEventSet) GetContextCount_v1() (r0 nvml.GetContextCount_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedEventSet) GetContextData_v1(nvml.GetContextData_v1) (r0 nvml.GetContextData_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedEventSet) GetContextInfo_v1(uint32) (r0 nvml.GetContextInfo_v1, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedEventSet) GetGpuOperationalEventContextLegacyXid_v1(uint32) (r0 uint32, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedEventSet) RegisterGpuOperationalEvents_v1(*nvml.GpuOperationalEventConfig_v1) nvml.Return {
+	return nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedEventSet) Wait(uint32) (r0 nvml.EventData, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (unsupportedEventSet) Wait_v3(uint32) (r0 nvml.EventSetWaitData_v3, ret nvml.Return) {
+	return r0, nvml.ERROR_NOT_SUPPORTED
 }

@@ -42,12 +42,12 @@ var stubsHandleTypes = []struct {
 	{"EventSet", reflect.TypeFor[nvml.EventSet]()},
 }
 
-// stubsForwarded returns the mock.Interface func fields that must forward
-// to a handle, by field name, with the handle method they call: for every
-// method M of a handle type H, the library call <prefix>M whose type is M's
-// with an H parameter in front.
+// stubsForwarded returns the nvml.Interface methods that must forward to a
+// handle, by name, with the handle method they call: for every method M of
+// a handle type H, the library call <prefix>M whose type is M's with an H
+// parameter in front.
 func stubsForwarded() map[string]string {
-	lib := reflect.TypeFor[mock.Interface]()
+	lib := reflect.TypeFor[nvml.Interface]()
 	out := map[string]string{}
 	for _, h := range stubsHandleTypes {
 		for i := range h.typ.NumMethod() {
@@ -61,8 +61,8 @@ func stubsForwarded() map[string]string {
 				outs[k] = m.Type.Out(k)
 			}
 			want := reflect.FuncOf(in, outs, m.Type.IsVariadic())
-			name := h.prefix + m.Name + "Func"
-			if f, ok := lib.FieldByName(name); ok && f.Type == want {
+			name := h.prefix + m.Name
+			if f, ok := lib.MethodByName(name); ok && f.Type == want {
 				out[name] = m.Name
 			}
 		}
@@ -72,7 +72,7 @@ func stubsForwarded() map[string]string {
 
 // stubsCall calls fn with args (zero values after the given ones) and
 // checks that it returns zero values and ret in every nvml.Return result
-// (and does not panic, as an unset mock method does).
+// (and does not panic).
 func stubsCall(t *testing.T, name string, fn reflect.Value, ret nvml.Return, args ...reflect.Value) {
 	t.Helper()
 	defer func() {
@@ -101,98 +101,107 @@ func stubsCall(t *testing.T, name string, fn reflect.Value, ret nvml.Return, arg
 	}
 }
 
-// TestFillSetsEveryFunc fills each mock struct the fake embeds and calls
-// every func field with zero arguments: none is nil, each answers zero
-// values and ERROR_NOT_SUPPORTED, and the library's handle-first calls
-// answer ERROR_INVALID_ARGUMENT for a nil handle.
-func TestFillSetsEveryFunc(t *testing.T) {
+// TestStubsAnswerEveryMethod calls every method of each generated stub
+// type with zero arguments: the type has exactly its NVML interface's
+// methods, each answers zero values and ERROR_NOT_SUPPORTED, and the
+// library's handle-first calls answer ERROR_INVALID_ARGUMENT for a nil
+// handle.
+func TestStubsAnswerEveryMethod(t *testing.T) {
 	forwarded := stubsForwarded()
-	lib, dev, gi, ci, set := &mock.Interface{}, &mock.Device{}, &mock.GpuInstance{}, &mock.ComputeInstance{}, &mock.EventSet{}
 	tests := []struct {
-		name string
-		mock any
-		fill func()
+		name  string
+		stub  any
+		iface reflect.Type
 	}{
-		{"Interface", lib, func() { fillInterface(lib) }},
-		{"Device", dev, func() { fillDevice(dev) }},
-		{"GpuInstance", gi, func() { fillGpuInstance(gi) }},
-		{"ComputeInstance", ci, func() { fillComputeInstance(ci) }},
-		{"EventSet", set, func() { fillEventSet(set) }},
+		{"Interface", unsupportedLibrary{}, reflect.TypeFor[nvml.Interface]()},
+		{"Device", unsupportedDevice{}, reflect.TypeFor[nvml.Device]()},
+		{"GpuInstance", unsupportedGpuInstance{}, reflect.TypeFor[nvml.GpuInstance]()},
+		{"ComputeInstance", unsupportedComputeInstance{}, reflect.TypeFor[nvml.ComputeInstance]()},
+		{"EventSet", unsupportedEventSet{}, reflect.TypeFor[nvml.EventSet]()},
 	}
-
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.fill()
-			v := reflect.ValueOf(tt.mock).Elem()
-			funcs := 0
-			for i := range v.NumField() {
-				f := v.Type().Field(i)
-				if f.Type.Kind() != reflect.Func {
-					continue
-				}
-				funcs++
-				fn := v.Field(i)
-				if fn.IsNil() {
-					t.Errorf("%s.%s is nil after fill", tt.name, f.Name)
-					continue
-				}
+			v := reflect.ValueOf(tt.stub)
+			if v.NumMethod() != tt.iface.NumMethod() || tt.iface.NumMethod() == 0 {
+				t.Errorf("%T has %d methods, %s has %d", tt.stub, v.NumMethod(), tt.iface, tt.iface.NumMethod())
+			}
+			for i := range tt.iface.NumMethod() {
+				m := tt.iface.Method(i)
 				ret := nvml.ERROR_NOT_SUPPORTED
-				if _, ok := forwarded[f.Name]; ok && tt.name == "Interface" {
+				if _, ok := forwarded[m.Name]; ok && tt.name == "Interface" {
 					ret = nvml.ERROR_INVALID_ARGUMENT
 				}
-				stubsCall(t, tt.name+"."+f.Name, fn, ret)
-			}
-			if funcs == 0 {
-				t.Errorf("mock.%s has no func fields", tt.name)
+				stubsCall(t, tt.name+"."+m.Name, v.MethodByName(m.Name), ret)
 			}
 		})
 	}
 }
 
-// TestFillForwardsToHandle calls every library call that takes a handle
-// first with a filled mock handle: the forwarded ones reach the handle's
-// method once (the mock records the call) and answer what it answers; the
-// others do not reach the handle.
-func TestFillForwardsToHandle(t *testing.T) {
+// stubsRecorder returns a go-nvml mock of handle type typ whose every func
+// field answers zero values and ERROR_NOT_SUPPORTED; the mock records the
+// calls it gets.
+func stubsRecorder(t *testing.T, typ reflect.Type) (any, bool) {
+	t.Helper()
+	var m any
+	switch typ {
+	case reflect.TypeFor[nvml.Device]():
+		m = &mock.Device{}
+	case reflect.TypeFor[nvml.GpuInstance]():
+		m = &mock.GpuInstance{}
+	case reflect.TypeFor[nvml.ComputeInstance]():
+		m = &mock.ComputeInstance{}
+	case reflect.TypeFor[nvml.EventSet]():
+		m = &mock.EventSet{}
+	default:
+		return nil, false
+	}
+	v := reflect.ValueOf(m).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Kind() != reflect.Func {
+			continue
+		}
+		ft := f.Type()
+		f.Set(reflect.MakeFunc(ft, func([]reflect.Value) []reflect.Value {
+			out := make([]reflect.Value, ft.NumOut())
+			for k := range out {
+				out[k] = reflect.Zero(ft.Out(k))
+				if ft.Out(k) == reflect.TypeFor[nvml.Return]() {
+					out[k] = reflect.ValueOf(nvml.ERROR_NOT_SUPPORTED)
+				}
+			}
+			return out
+		}))
+	}
+	return m, true
+}
+
+// TestStubsForwardToHandle calls every library call that takes a handle
+// first with a recording handle: the forwarded ones reach the handle's
+// method once and answer what it answers; the others do not reach the
+// handle.
+func TestStubsForwardToHandle(t *testing.T) {
 	forwarded := stubsForwarded()
-	for _, name := range []string{"DeviceGetNameFunc", "DeviceGetMigDeviceHandleByIndexFunc", "GpuInstanceGetInfoFunc", "ComputeInstanceGetInfoFunc", "EventSetWaitFunc"} {
+	for _, name := range []string{"DeviceGetName", "DeviceGetMigDeviceHandleByIndex", "GpuInstanceGetInfo", "ComputeInstanceGetInfo", "EventSetWait"} {
 		if _, ok := forwarded[name]; !ok {
 			t.Errorf("%s is not among the forwarded calls", name)
 		}
 	}
 
-	lib := &mock.Interface{}
-	fillInterface(lib)
-	v := reflect.ValueOf(lib).Elem()
+	lib := reflect.ValueOf(unsupportedLibrary{})
 	checked := 0
-	for i := range v.NumField() {
-		f := v.Type().Field(i)
-		if f.Type.Kind() != reflect.Func || f.Type.NumIn() == 0 {
+	for i := range lib.NumMethod() {
+		m := lib.Type().Method(i)
+		fn := lib.Method(i)
+		if fn.Type().NumIn() == 0 {
 			continue
 		}
-		// A fresh filled handle per call, so that its call record holds only this call.
-		var handle any
-		switch f.Type.In(0) {
-		case reflect.TypeFor[nvml.Device]():
-			m := &mock.Device{}
-			fillDevice(m)
-			handle = m
-		case reflect.TypeFor[nvml.GpuInstance]():
-			m := &mock.GpuInstance{}
-			fillGpuInstance(m)
-			handle = m
-		case reflect.TypeFor[nvml.ComputeInstance]():
-			m := &mock.ComputeInstance{}
-			fillComputeInstance(m)
-			handle = m
-		case reflect.TypeFor[nvml.EventSet]():
-			m := &mock.EventSet{}
-			fillEventSet(m)
-			handle = m
-		default:
+		// A fresh handle per call, so that its call record holds only this call.
+		handle, ok := stubsRecorder(t, fn.Type().In(0))
+		if !ok {
 			continue
 		}
-		stubsCall(t, f.Name, v.Field(i), nvml.ERROR_NOT_SUPPORTED, reflect.ValueOf(handle))
+		stubsCall(t, m.Name, fn, nvml.ERROR_NOT_SUPPORTED, reflect.ValueOf(handle))
 		calls := 0
 		hv := reflect.ValueOf(handle)
 		for k := range hv.NumMethod() {
@@ -200,16 +209,16 @@ func TestFillForwardsToHandle(t *testing.T) {
 				calls += hv.Method(k).Call(nil)[0].Len()
 			}
 		}
-		method, ok := forwarded[f.Name]
+		method, ok := forwarded[m.Name]
 		switch {
 		case ok && calls != 1:
-			t.Errorf("%s: handle got %d calls, want 1 (to %s)", f.Name, calls, method)
+			t.Errorf("%s: handle got %d calls, want 1 (to %s)", m.Name, calls, method)
 		case ok:
 			if n := hv.MethodByName(method + "Calls").Call(nil)[0].Len(); n != 1 {
-				t.Errorf("%s: %s got %d calls, want 1", f.Name, method, n)
+				t.Errorf("%s: %s got %d calls, want 1", m.Name, method, n)
 			}
 		case calls != 0:
-			t.Errorf("%s: not a forwarded call, but the handle got %d calls", f.Name, calls)
+			t.Errorf("%s: not a forwarded call, but the handle got %d calls", m.Name, calls)
 		}
 		checked++
 	}
@@ -218,11 +227,39 @@ func TestFillForwardsToHandle(t *testing.T) {
 	}
 }
 
-// BenchmarkFillDevice measures filling one GPU or MIG device handle's mock,
-// which a node does for every GPU and MIG device it builds.
-func BenchmarkFillDevice(b *testing.B) {
-	for b.Loop() {
-		fillDevice(&mock.Device{})
+// TestHandlesEmbedStubs checks that no handle type of the fake embeds a
+// go-nvml mock, which records every call it gets (see
+// TestCallsRetainNothing): each embeds its generated stub type by value.
+func TestHandlesEmbedStubs(t *testing.T) {
+	mockPkg := reflect.TypeFor[mock.Device]().PkgPath()
+	for _, h := range []struct {
+		typ  reflect.Type
+		stub reflect.Type
+	}{
+		{reflect.TypeFor[library](), reflect.TypeFor[unsupportedLibrary]()},
+		{reflect.TypeFor[gpuHandle](), reflect.TypeFor[unsupportedDevice]()},
+		{reflect.TypeFor[migHandle](), reflect.TypeFor[unsupportedDevice]()},
+		{reflect.TypeFor[gpuInstance](), reflect.TypeFor[unsupportedGpuInstance]()},
+		{reflect.TypeFor[computeInstance](), reflect.TypeFor[unsupportedComputeInstance]()},
+		{reflect.TypeFor[eventSet](), reflect.TypeFor[unsupportedEventSet]()},
+	} {
+		embeds := false
+		for i := range h.typ.NumField() {
+			f := h.typ.Field(i)
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.PkgPath() == mockPkg {
+				t.Errorf("%s.%s is a go-nvml mock (%s)", h.typ.Name(), f.Name, f.Type)
+			}
+			if f.Anonymous && f.Type == h.stub {
+				embeds = true
+			}
+		}
+		if !embeds {
+			t.Errorf("%s does not embed %s", h.typ.Name(), h.stub.Name())
+		}
 	}
 }
 
@@ -238,6 +275,7 @@ func BenchmarkForwardedCall(b *testing.B) {
 	if ret != nvml.SUCCESS {
 		b.Fatal(ret)
 	}
+	b.ReportAllocs()
 	for b.Loop() {
 		if _, ret := lib.DeviceGetName(gpu); ret != nvml.SUCCESS {
 			b.Fatal(ret)

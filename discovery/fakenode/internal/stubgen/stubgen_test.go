@@ -18,19 +18,18 @@ type Widget interface {
 	Close() nvml.Return
 }
 
-// WidgetMock stands for a moq mock struct with calls of several shapes.
-type WidgetMock struct {
-	WidgetResizeFunc func(Widget, int, ...uint32) ([]time.Duration, nvml.Return)
-	WidgetNameFunc   func(Widget) string
+// WidgetLibrary stands for a library interface with calls of several
+// shapes.
+type WidgetLibrary interface {
+	WidgetResize(Widget, int, ...uint32) ([]time.Duration, nvml.Return)
+	WidgetName(Widget) string
 	// The handle has Close() nvml.Return: a different signature, so
 	// WidgetClose is a stub.
-	WidgetCloseFunc func(Widget, bool) nvml.Return
-	PointerFunc     func(unsafe.Pointer, map[string][]*nvml.Sample) (chan<- error, <-chan int)
-	VariadicFunc    func(...func(int) bool) (nvml.Return, nvml.Return)
-	NothingFunc     func()
-	AnyFunc         func(any) (any, nvml.Return)
-	notAFunc        int    //nolint:unused // the generator must skip it
-	Callback        func() // no Func suffix: skipped
+	WidgetClose(Widget, bool) nvml.Return
+	Pointer(unsafe.Pointer, map[string][]*nvml.Sample) (chan<- error, <-chan int)
+	Variadic(...func(int) bool) (nvml.Return, nvml.Return)
+	Nothing()
+	Any(any) (any, nvml.Return)
 }
 
 // TestGenerateShapes generates stubs for calls of every shape the generator
@@ -39,7 +38,7 @@ type WidgetMock struct {
 func TestGenerateShapes(t *testing.T) {
 	c := Config{
 		Package: "widgets",
-		Mocks:   []Mock{{Func: "fillWidget", Type: reflect.TypeFor[WidgetMock](), Forward: true}},
+		Stubs:   []Stub{{Name: "unsupportedWidgets", Type: reflect.TypeFor[WidgetLibrary](), Forward: true}},
 		Targets: []Target{{Prefix: "Widget", Type: reflect.TypeFor[Widget]()}},
 	}
 	src, err := c.Generate()
@@ -53,46 +52,56 @@ func TestGenerateShapes(t *testing.T) {
 		"\t\"github.com/featureplug/featureplug/discovery/fakenode/internal/stubgen\"\n",
 		"\t\"time\"\n",
 		"\t\"unsafe\"\n",
-		"func fillWidget(m *stubgen.WidgetMock) {",
+		"// unsupportedWidgets implements stubgen.WidgetLibrary: every method returns\n",
+		"\ntype unsupportedWidgets struct{}\n",
+		"\nvar _ stubgen.WidgetLibrary = unsupportedWidgets{}\n",
 		// Forwarded, variadic.
-		"m.WidgetResizeFunc = func(a0 stubgen.Widget, a1 int, a2 ...uint32) (r0 []time.Duration, ret nvml.Return) {\n" +
-			"\t\tif a0 == nil {\n\t\t\treturn r0, nvml.ERROR_INVALID_ARGUMENT\n\t\t}\n" +
-			"\t\treturn a0.Resize(a1, a2...)\n\t}",
+		"func (unsupportedWidgets) WidgetResize(a0 stubgen.Widget, a1 int, a2 ...uint32) (r0 []time.Duration, ret nvml.Return) {\n" +
+			"\tif a0 == nil {\n\t\treturn r0, nvml.ERROR_INVALID_ARGUMENT\n\t}\n" +
+			"\treturn a0.Resize(a1, a2...)\n}",
 		// Forwarded, no nvml.Return result.
-		"m.WidgetNameFunc = func(a0 stubgen.Widget) (r0 string) {\n" +
-			"\t\tif a0 == nil {\n\t\t\treturn r0\n\t\t}\n\t\treturn a0.Name()\n\t}",
+		"func (unsupportedWidgets) WidgetName(a0 stubgen.Widget) (r0 string) {\n" +
+			"\tif a0 == nil {\n\t\treturn r0\n\t}\n\treturn a0.Name()\n}",
 		// Signature differs from the handle's: a stub.
-		"m.WidgetCloseFunc = func(stubgen.Widget, bool) nvml.Return {\n\t\treturn nvml.ERROR_NOT_SUPPORTED\n\t}",
-		"m.PointerFunc = func(unsafe.Pointer, map[string][]*nvml.Sample) (r0 chan<- error, r1 <-chan int) {\n\t\treturn r0, r1\n\t}",
-		"m.VariadicFunc = func(...func(int) bool) (nvml.Return, nvml.Return) {\n\t\treturn nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NOT_SUPPORTED\n\t}",
-		"m.NothingFunc = func() {}",
-		"m.AnyFunc = func(any) (r0 any, ret nvml.Return) {\n\t\treturn r0, nvml.ERROR_NOT_SUPPORTED\n\t}",
+		"func (unsupportedWidgets) WidgetClose(stubgen.Widget, bool) nvml.Return {\n\treturn nvml.ERROR_NOT_SUPPORTED\n}",
+		"func (unsupportedWidgets) Pointer(unsafe.Pointer, map[string][]*nvml.Sample) (r0 chan<- error, r1 <-chan int) {\n\treturn r0, r1\n}",
+		"func (unsupportedWidgets) Variadic(...func(int) bool) (nvml.Return, nvml.Return) {\n\treturn nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NOT_SUPPORTED\n}",
+		"func (unsupportedWidgets) Nothing() {}",
+		"func (unsupportedWidgets) Any(any) (r0 any, ret nvml.Return) {\n\treturn r0, nvml.ERROR_NOT_SUPPORTED\n}",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("generated source lacks\n%s\n--- source:\n%s", want, got)
 		}
 	}
-	for _, notWant := range []string{"notAFunc", "Callback"} {
-		if strings.Contains(got, notWant) {
-			t.Errorf("generated source sets %s:\n%s", notWant, got)
-		}
-	}
 }
 
-// UnexportedMock has a call that takes an unexported type, which generated
+// BadLibrary has a call that takes an unexported type, which generated
 // code in another package cannot name.
-type UnexportedMock struct {
-	BadFunc func(unexported) nvml.Return
+type BadLibrary interface {
+	Bad(unexported) nvml.Return
 }
 
 type unexported int
 
-// TestGenerateRejects checks that a type generated code cannot name fails
-// with an error that names the field.
+// TestGenerateRejects checks that what generated code cannot name or
+// implement fails with an error that names the method or type.
 func TestGenerateRejects(t *testing.T) {
-	c := Config{Package: "x", Mocks: []Mock{{Func: "fillBad", Type: reflect.TypeFor[UnexportedMock]()}}}
-	_, err := c.Generate()
-	if err == nil || !strings.Contains(err.Error(), "field BadFunc") || !strings.Contains(err.Error(), "unexported") {
-		t.Errorf("Generate = %v, want an error naming field BadFunc and the unexported type", err)
+	tests := []struct {
+		name string
+		stub Stub
+		want []string
+	}{
+		{"unexported type", Stub{Name: "bad", Type: reflect.TypeFor[BadLibrary]()}, []string{"method Bad", "unexported"}},
+		{"not an interface", Stub{Name: "bad", Type: reflect.TypeFor[Config]()}, []string{"stub bad", "not an interface"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Config{Package: "x", Stubs: []Stub{tt.stub}}.Generate()
+			for _, want := range tt.want {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("Generate = %v, want an error containing %q", err, want)
+				}
+			}
+		})
 	}
 }
