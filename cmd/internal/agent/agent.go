@@ -311,7 +311,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Kube != nil {
 		a.nodes = newNodeWatch(cfg.Kube, cfg.NodeName)
-		a.events = newEventRecorder(cfg.NodeName, a.nodes.uid)
+		a.events = newEventRecorder(cfg.NodeName, a.nodes.uid, a.log.With("component", "events"))
 	}
 	return a, nil
 }

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -201,15 +199,4 @@ func ResourceChanges(before, after *plan.Plan) []string {
 		out = append(out, line)
 	}
 	return out
-}
-
-// normal records a Normal event on the Node, through the same recorder
-// (deduplication, aggregation, rate limits) as warn.
-func (r *eventRecorder) normal(_ context.Context, reason, message string) {
-	const maxMessage = 1024
-	if len(message) > maxMessage {
-		message = message[:maxMessage-3] + "..."
-	}
-	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.node, UID: r.nodeUID()}
-	r.recorder.Event(ref, corev1.EventTypeNormal, reason, message)
 }

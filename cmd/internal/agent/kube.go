@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube"
 )
@@ -154,64 +153,6 @@ func (w *nodeWatch) uid() types.UID {
 		return n.UID
 	}
 	return ""
-}
-
-// eventRecorder reports problems as Kubernetes Events on the agent's Node,
-// where `kubectl describe node` shows them, through client-go's core
-// recorder (tools/record). It dedupes identical Events into a count,
-// aggregates more than 10 similar ones (same reason, other messages) within
-// 10 minutes into one, and rate-limits each source and object (a burst of
-// 25, then one per 5 minutes); the Node reference comes from the node
-// watch's cache, so recording costs no Node read.
-//
-// Why the core recorder and not tools/events (events.k8s.io): the latter
-// folds every Event with the same reason within 6 minutes into a series on
-// the first one and keeps only the first note, so a second, different
-// failure (rules file deleted, then replaced by a directory) would not be
-// readable; the core recorder keeps differing messages apart.
-// featureplug's RBAC allows both API groups.
-type eventRecorder struct {
-	broadcaster record.EventBroadcaster
-	recorder    record.EventRecorder
-	node        string
-	nodeUID     func() types.UID
-}
-
-// newEventRecorder records Events about the Node in the default namespace:
-// the API server accepts an Event about a cluster-scoped object only there
-// (or in kube-system), where the kubelet writes its own node Events; in any
-// other namespace it is rejected with "involvedObject.namespace: does not
-// match event.namespace". The recorder puts Events about an object without
-// namespace in "default". nodeUID gives the Node's UID ("" when unknown).
-// Nothing is sent until start.
-func newEventRecorder(node string, nodeUID func() types.UID) *eventRecorder {
-	b := record.NewBroadcaster()
-	return &eventRecorder{
-		broadcaster: b,
-		recorder:    b.NewRecorder(kube.Scheme(), corev1.EventSource{Component: "featureplug", Host: node}),
-		node:        node,
-		nodeUID:     nodeUID,
-	}
-}
-
-// start sends recorded Events to the API server until ctx ends.
-func (r *eventRecorder) start(ctx context.Context, client kube.Interface) {
-	r.broadcaster.StartRecordingToSink(client.Events())
-	go func() {
-		<-ctx.Done()
-		r.broadcaster.Shutdown()
-	}()
-}
-
-// warn records a Warning event. It never blocks on the API server; failures
-// are logged by client-go (through klog, routed to the agent's logger).
-func (r *eventRecorder) warn(_ context.Context, reason, message string) {
-	const maxMessage = 1024
-	if len(message) > maxMessage {
-		message = message[:maxMessage-3] + "..."
-	}
-	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.node, UID: r.nodeUID()}
-	r.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
 }
 
 // startKube starts the Event recorder and the Node watch (when the agent

@@ -135,7 +135,7 @@ rules:
 	}
 }
 
-// TestEventsAggregate: Events go through client-go's recorder to the
+// TestEventsAggregate: Events go through the agent's recorder to the
 // default namespace, about the Node with its UID from the watch (no Node
 // GET); a repeated Event is one object with a count, a different message
 // another object.
@@ -152,7 +152,7 @@ func TestEventsAggregate(t *testing.T) {
 	if !nodes.start(ctx, testWait) {
 		t.Fatal("node watch did not sync")
 	}
-	rec := newEventRecorder("n", nodes.uid)
+	rec := newEventRecorder("n", nodes.uid, nil)
 	rec.start(ctx, kubeclientset.New(kube, nil))
 
 	rec.warn(ctx, "RulesFileMissing", "rules file lost (does not exist)")

@@ -34,7 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 )
 
@@ -42,9 +41,9 @@ import (
 type Interface interface {
 	// Nodes reads and watches Nodes.
 	Nodes() Nodes
-	// Events is where client-go's event recorder (tools/record) sends
-	// core/v1 Events, in the Event's own namespace.
-	Events() record.EventSink
+	// Events creates and patches core/v1 Events in a namespace (the
+	// agent's Event recorder: cmd/internal/agent/events.go).
+	Events(namespace string) Events
 	// NodeFeatures reads, lists and patches NFD NodeFeatures in a
 	// namespace ("" lists every namespace).
 	NodeFeatures(namespace string) NodeFeatures
@@ -67,6 +66,13 @@ type Nodes interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error)
 	List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// Events is the part of client-go's typed EventInterface (core/v1)
+// featureplug uses; that interface satisfies it.
+type Events interface {
+	Create(ctx context.Context, event *corev1.Event, opts metav1.CreateOptions) (*corev1.Event, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Event, error)
 }
 
 // NodeFeatures is the part of NFD's generated NodeFeatureInterface
@@ -188,31 +194,24 @@ func (n nodes) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interf
 }
 
 // Events implements Interface.
-func (c *Client) Events() record.EventSink { return events{c} }
+func (c *Client) Events(namespace string) Events { return events{c, namespace} }
 
-// events writes Events in their own namespace, as client-go's
-// EventSinkImpl over Events("") does. The recorder's sink calls carry no
-// context; client-go's do the same (context.TODO).
-type events struct{ c *Client }
+type events struct {
+	c  *Client
+	ns string
+}
 
-func (e events) Create(ev *corev1.Event) (*corev1.Event, error) {
+func (e events) Create(ctx context.Context, ev *corev1.Event, opts metav1.CreateOptions) (*corev1.Event, error) {
 	out := &corev1.Event{}
-	err := e.c.core.Post().NamespaceIfScoped(ev.Namespace, ev.Namespace != "").Resource("events").
-		Body(ev).Do(context.TODO()).Into(out)
+	err := e.c.core.Post().Namespace(e.ns).Resource("events").
+		VersionedParams(&opts, e.c.params).Body(ev).Do(ctx).Into(out)
 	return out, err
 }
 
-func (e events) Update(ev *corev1.Event) (*corev1.Event, error) {
+func (e events) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Event, error) {
 	out := &corev1.Event{}
-	err := e.c.core.Put().NamespaceIfScoped(ev.Namespace, ev.Namespace != "").Resource("events").Name(ev.Name).
-		Body(ev).Do(context.TODO()).Into(out)
-	return out, err
-}
-
-func (e events) Patch(ev *corev1.Event, data []byte) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	err := e.c.core.Patch(types.StrategicMergePatchType).NamespaceIfScoped(ev.Namespace, ev.Namespace != "").
-		Resource("events").Name(ev.Name).Body(data).Do(context.TODO()).Into(out)
+	err := e.c.core.Patch(pt).Namespace(e.ns).Resource("events").Name(name).
+		SubResource(subresources...).VersionedParams(&opts, e.c.params).Body(data).Do(ctx).Into(out)
 	return out, err
 }
 

@@ -100,11 +100,11 @@ func TestClientRequests(t *testing.T) {
 	if _, err := c.NodeFeatures("").List(ctx, metav1.ListOptions{LabelSelector: "a=b"}); err != nil {
 		t.Fatal(err)
 	}
-	ev, err := c.Events().Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e1", Namespace: "default"}, Reason: "R"})
+	ev, err := c.Events("default").Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e1", Namespace: "default"}, Reason: "R"}, metav1.CreateOptions{})
 	if err != nil || ev.Name != "e1" {
 		t.Fatalf("Events().Create = %+v, %v", ev, err)
 	}
-	if _, err := c.Events().Patch(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e1", Namespace: "default"}}, []byte(`{"count":2}`)); err != nil {
+	if _, err := c.Events("default").Patch(ctx, "e1", types.MergePatchType, []byte(`{"count":2}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cm, err := c.ConfigMaps("featureplug").Get(ctx, "rules", metav1.GetOptions{})
@@ -123,7 +123,7 @@ func TestClientRequests(t *testing.T) {
 			query: "fieldManager=featureplug&force=true", contentType: string(types.ApplyPatchType)},
 		{method: "GET", path: "/apis/nfd.k8s-sigs.io/v1alpha1/nodefeatures", query: "labelSelector=a%3Db"},
 		{method: "POST", path: "/api/v1/namespaces/default/events", contentType: "application/json"},
-		{method: "PATCH", path: "/api/v1/namespaces/default/events/e1", contentType: string(types.StrategicMergePatchType)},
+		{method: "PATCH", path: "/api/v1/namespaces/default/events/e1", contentType: string(types.MergePatchType)},
 		{method: "GET", path: "/api/v1/namespaces/featureplug/configmaps/rules"},
 		{method: "GET", path: "/api/v1/namespaces/featureplug/pods/featureplug-abcde"},
 	}

@@ -6,8 +6,6 @@ package kubeclientset
 
 import (
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube"
@@ -25,9 +23,7 @@ type clientsets struct {
 
 func (c clientsets) Nodes() kube.Nodes { return c.kube.CoreV1().Nodes() }
 
-func (c clientsets) Events() record.EventSink {
-	return &typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")}
-}
+func (c clientsets) Events(namespace string) kube.Events { return c.kube.CoreV1().Events(namespace) }
 
 func (c clientsets) NodeFeatures(namespace string) kube.NodeFeatures {
 	return c.nfd.NfdV1alpha1().NodeFeatures(namespace)
