@@ -359,6 +359,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		Logger:            log,
 
 		ReleaseStartupPages: f.releaseStartupPages,
+		PublishHold:         agent.DefaultPublishHold,
 		AfterStartup:        afterStartup,
 	})
 	if err != nil {

@@ -33,8 +33,9 @@ const outageStopGrace = 5 * time.Second
 
 // outageRecoveryTimeout bounds how long publishing may take to resume once
 // kube-apiserver is ready again: the publisher retries with a backoff capped
-// at a minute, and nfd-master's informers re-watch with one capped at 30 s
-// plus up to 100% jitter.
+// at 15 s plus up to 50% jitter (the agent's publishBackoffMax), and
+// nfd-master's informers re-watch with one capped at 30 s plus up to 100%
+// jitter.
 const outageRecoveryTimeout = 3 * time.Minute
 
 // outageSampleEvery is how often the outage test looks at the serving side

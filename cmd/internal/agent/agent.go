@@ -136,6 +136,13 @@ type Config struct {
 	// resource is registered, so that only the pages in use stay resident
 	// (memory.go, memory_linux.go); off for agents run inside tests.
 	ReleaseStartupPages bool
+	// PublishHold is how long the first publish of features and labels
+	// waits, at most, for the kubelet to accept every device-plugin
+	// resource: register first (issue 17), so that building and writing
+	// the NodeFeature or feature file does not take the CPU from the
+	// registrations. Zero publishes at once. `featureplug run` uses
+	// DefaultPublishHold.
+	PublishHold time.Duration
 	// AfterStartup, when set, runs once every resource is registered (or
 	// start-up has lasted 30 s), not when the agent stops before: the
 	// command line sets the collector's serving target there (TuneGC).
@@ -367,7 +374,7 @@ func (a *Agent) newPublishSink() (*publishSink, error) {
 		return nil, err
 	}
 	opts.OnDropped = d.dropped
-	s := &publishSink{pub: a.pub, opts: opts, contents: make(chan labeler.Content, 1), annotations: a.planAnnotations}
+	s := &publishSink{pub: a.pub, opts: opts, contents: make(chan labeler.Content, 1), annotations: a.planAnnotations, hold: a.holdForRegistration}
 	if a.pub != nil {
 		s.loop = &labeler.Loop{
 			Publisher: a.pub,

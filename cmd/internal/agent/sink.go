@@ -175,6 +175,9 @@ type publishSink struct {
 	// annotations gives the NodeFeature annotations of a plan (explain.go);
 	// nil gives none.
 	annotations func(*plan.Plan) map[string]string
+	// hold, when set, is waited for before the first publish
+	// (Config.PublishHold).
+	hold func(context.Context)
 
 	mu        sync.Mutex
 	published *labeler.Content
@@ -209,6 +212,9 @@ func (s *publishSink) Run(ctx context.Context) error {
 	if s.pub == nil {
 		<-ctx.Done()
 		return nil
+	}
+	if s.hold != nil {
+		s.hold(ctx)
 	}
 	return s.loop.Run(ctx, s.contents)
 }

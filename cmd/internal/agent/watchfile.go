@@ -137,10 +137,11 @@ type fileWatcher struct {
 	kick <-chan struct{}
 }
 
-// Run sends every settled state of the file that differs from the last one
-// sent on out, starting with the first, until ctx ends. out should be
-// buffered (capacity 1): a state not yet received is replaced by a newer
-// one. Run returns nil when ctx ends; it never fails for lack of inotify.
+// Run sends the file's state on out, first at start and then once it has
+// settled after every change (even when it settled back to the state sent
+// last), until ctx ends. out should be buffered (capacity 1): a state not
+// yet received is replaced by a newer one. Run returns nil when ctx ends;
+// it never fails for lack of inotify.
 func (fw *fileWatcher) Run(ctx context.Context, out chan fileSnapshot) error {
 	clk := fw.clock
 	if clk == nil {
@@ -335,11 +336,17 @@ func (fw *fileWatcher) Run(ctx context.Context, out chan fileSnapshot) error {
 				log.Debug(fw.what+" still changing; waiting for it to settle", "bytes", len(cur.Data), "state", cur.key)
 				continue
 			}
+			// Sent even when it is the state sent last: the file changed
+			// in between, so a reader's picture of it may be stale. The
+			// agent writes the feature file itself (a change it is not
+			// sent), and that file deleted within the settle window
+			// settles as "missing" again, the state sent at start;
+			// skipping it left the file deleted for good. Readers ignore
+			// a state they already hold (the rules digest, the
+			// publisher's comparison).
 			candidate = nil
-			if last == nil || !cur.same(*last) {
-				last = &cur
-				send(cur)
-			}
+			last = &cur
+			send(cur)
 			// The link chain may point elsewhere now: watch there, and
 			// look again at what changed before the watch was added.
 			if arm() {

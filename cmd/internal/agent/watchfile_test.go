@@ -421,3 +421,27 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// TestFileWatcherReportsChangeBackToTheLastState: a file that changes and
+// settles back to the state sent last is reported again. The agent writes
+// the feature file itself; deleted within the settle window after that
+// write, the file settles as "missing", the state sent at start, and the
+// agent must hear of it to write the file again (fault 12).
+func TestFileWatcherReportsChangeBackToTheLastState(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "features")
+	records := make(kubeRecords, 1000)
+	wt := startWatch(t, &fileWatcher{path: path, settle: time.Second, log: slog.New(records)})
+	wt.expect("at start", "", "does not exist")
+
+	if err := os.WriteFile(path, []byte("written by the agent"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The watcher has seen the write and waits for it to settle ...
+	kubeWaitRecord(t, records, "changed; waiting for it to settle", "state=sha256:")
+	// ... when the file is deleted.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	wt.expect("after the write and the delete", "", "does not exist")
+}

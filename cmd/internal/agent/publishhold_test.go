@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
+)
+
+// TestPublishHeldUntilRegistered: register first. With Config.PublishHold
+// the agent writes no feature file while the kubelet has not taken its
+// resources (the positive marker: a registration attempt that found no
+// kubelet, logged after the plan was applied), and writes it once the
+// kubelet has registered every resource, well before the hold runs out.
+func TestPublishHeldUntilRegistered(t *testing.T) {
+	src, err := OpenFake("dgx-a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dir, err := os.MkdirTemp("", "fp") // short: unix socket paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	features := filepath.Join(dir, "features")
+	records := make(kubeRecords, 4096)
+	a, err := New(Config{
+		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
+		Publish: PublishFile, FeaturesFile: features,
+		Plugin:             plugin.Options{KubeletDir: dir},
+		RediscoverInterval: time.Hour,
+		PublishHold:        time.Hour,
+		Logger:             slog.New(records),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, a)
+	waitLog := func(what string) {
+		t.Helper()
+		timeout := time.After(testWait)
+		for {
+			select {
+			case r := <-records:
+				if strings.Contains(r, "wrote feature file") && what != "wrote feature file" {
+					t.Fatalf("the feature file was written before the kubelet registered the resources: %s", r)
+				}
+				if strings.Contains(r, what) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %q in the log", what)
+			}
+		}
+	}
+	waitLog("registration with the kubelet failed")
+	if _, err := os.Stat(features); !os.IsNotExist(err) {
+		t.Fatalf("feature file before any registration: %v", err)
+	}
+
+	kubelet, err := kubeletsim.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Stop()
+	waitLog("wrote feature file")
+	// The mixed rules make four resources of the fake DGX A100; all were
+	// registered before the write.
+	if got := kubelet.Resources(); len(got) != 4 {
+		t.Errorf("the feature file was written with the kubelet holding %v, want 4 resources", got)
+	}
+}
