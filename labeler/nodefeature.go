@@ -380,7 +380,8 @@ func mergePatch(cur, want *nfdv1alpha1.NodeFeature) ([]byte, error) {
 // create makes the object with a forced server-side apply of spec, the
 // two labels, the owner references and the annotations (the NodeFeatures
 // client has no create), then clears the managed fields the apply
-// recorded: the only time a publish writes twice.
+// recorded: the only time a publish writes twice. When the clearing fails
+// it returns an error, so that the publish is retried.
 func (p *NodeFeaturePublisher) create(ctx context.Context, spec *nfdv1alpha1.NodeFeatureSpec) error {
 	p.applied = ""
 	body, err := p.applyBody(spec)
@@ -415,10 +416,14 @@ func (p *NodeFeaturePublisher) create(ctx context.Context, spec *nfdv1alpha1.Nod
 	}
 	stripped, err := p.nfd(p.namespace).Patch(ctx, p.name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {
-		// The content is published; the next read (at the latest the
-		// resync) finds the managed fields and clears them.
-		p.log.Debug("could not clear the new NodeFeature's managed fields", "err", err)
-		return nil
+		// The content is published, but the object carries its managed
+		// fields (seen at the start of a 1,000-node run, whose API
+		// server was too busy for some patches). Failing makes the
+		// loop retry soon: the retry reads the object and its merge
+		// patch clears them, rather than leaving them for the hourly
+		// resync or the next change.
+		p.applied = ""
+		return fmt.Errorf("NodeFeature %s/%s created, but clearing its managed fields failed: %w", p.namespace, p.name, err)
 	}
 	p.updates.Add(1)
 	p.cur = stripped

@@ -722,6 +722,41 @@ func TestNodeFeatureClearsManagedFields(t *testing.T) {
 			t.Errorf("stats %+v, want the create and the patch that clears its managed fields", s)
 		}
 	})
+	t.Run("clearing fails once", func(t *testing.T) {
+		// A busy API server times out the patch that clears the managed
+		// fields: the publish fails, so the loop retries, and the retry
+		// clears them.
+		h := newNFHarness(t)
+		h.nfd.PrependReactor("patch", "nodefeatures", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			pa := a.(k8stesting.PatchAction)
+			if pa.GetPatchType() != types.ApplyPatchType {
+				return false, nil, nil
+			}
+			var in nfdv1alpha1.NodeFeature
+			if err := json.Unmarshal(pa.GetPatch(), &in); err != nil {
+				return true, nil, apierrors.NewBadRequest(err.Error())
+			}
+			in.ResourceVersion, in.ManagedFields = "1", []metav1.ManagedFieldsEntry{entry}
+			return true, &in, h.nfd.Tracker().Create(nodeFeatureGVR, &in, pa.GetNamespace())
+		})
+		failed := false
+		h.nfd.PrependReactor("patch", "nodefeatures", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			pa := a.(k8stesting.PatchAction)
+			if failed || pa.GetPatchType() != types.MergePatchType {
+				return false, nil, nil
+			}
+			failed = true
+			return true, nil, apierrors.NewTimeoutError("request timed out", 1)
+		})
+		err := h.pub.Publish(context.Background(), testContent())
+		if err == nil || !strings.Contains(err.Error(), "clearing its managed fields failed") {
+			t.Fatalf("Publish = %v, want the failed clearing reported", err)
+		}
+		if err := h.pub.Publish(context.Background(), testContent()); err != nil {
+			t.Fatal(err)
+		}
+		check(t, h)
+	})
 	t.Run("existing", func(t *testing.T) {
 		old := &nfdv1alpha1.NodeFeature{ObjectMeta: metav1.ObjectMeta{
 			Name: NodeFeatureName(testNode), Namespace: testNamespace, ResourceVersion: "7",

@@ -392,6 +392,7 @@ func (r *scaleRun) apiServerRestart() {
 	var (
 		mu                sync.Mutex
 		peak, prev, first float64
+		prevAt            time.Time
 		samples           int
 		after             map[string]float64
 		stopC             = make(chan struct{})
@@ -411,15 +412,17 @@ func (r *scaleRun) apiServerRestart() {
 			if err != nil {
 				continue
 			}
-			total := scaleTotal(m.requests)
+			total, at := scaleTotal(m.requests), time.Now()
 			mu.Lock()
 			if samples > 0 { // the first covers the whole start, not a second
-				peak = max(peak, total-prev)
+				// A rate: a read of /metrics from a busy API server
+				// can take longer than the tick.
+				peak = max(peak, (total-prev)/max(at.Sub(prevAt).Seconds(), 1))
 			} else {
 				first = total
 			}
 			samples++
-			prev, after = total, m.requests
+			prev, prevAt, after = total, at, m.requests
 			mu.Unlock()
 		}
 	}()
