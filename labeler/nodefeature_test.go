@@ -670,6 +670,23 @@ func BenchmarkNodeFeaturePublishUnchanged(b *testing.B) {
 	}
 }
 
+// recordFieldsOnApply makes h's API create an object with managed fields
+// (entry) when it is applied, as an API server does.
+func recordFieldsOnApply(h *nfHarness, entry metav1.ManagedFieldsEntry) {
+	h.nfd.PrependReactor("patch", "nodefeatures", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pa := a.(k8stesting.PatchAction)
+		if pa.GetPatchType() != types.ApplyPatchType {
+			return false, nil, nil
+		}
+		var in nfdv1alpha1.NodeFeature
+		if err := json.Unmarshal(pa.GetPatch(), &in); err != nil {
+			return true, nil, apierrors.NewBadRequest(err.Error())
+		}
+		in.ResourceVersion, in.ManagedFields = "1", []metav1.ManagedFieldsEntry{entry}
+		return true, &in, h.nfd.Tracker().Create(nodeFeatureGVR, &in, pa.GetNamespace())
+	})
+}
+
 // TestNodeFeatureClearsManagedFields: the managed fields an apply
 // records (at a create, or written by an earlier featureplug) are cleared
 // with managedFields [{}], right after the create and at the first read
@@ -701,19 +718,7 @@ func TestNodeFeatureClearsManagedFields(t *testing.T) {
 	}
 	t.Run("create", func(t *testing.T) {
 		h := newNFHarness(t)
-		// As an API server does, the apply that creates records its fields.
-		h.nfd.PrependReactor("patch", "nodefeatures", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			pa := a.(k8stesting.PatchAction)
-			if pa.GetPatchType() != types.ApplyPatchType {
-				return false, nil, nil
-			}
-			var in nfdv1alpha1.NodeFeature
-			if err := json.Unmarshal(pa.GetPatch(), &in); err != nil {
-				return true, nil, apierrors.NewBadRequest(err.Error())
-			}
-			in.ResourceVersion, in.ManagedFields = "1", []metav1.ManagedFieldsEntry{entry}
-			return true, &in, h.nfd.Tracker().Create(nodeFeatureGVR, &in, pa.GetNamespace())
-		})
+		recordFieldsOnApply(h, entry)
 		if err := h.pub.Publish(context.Background(), testContent()); err != nil {
 			t.Fatal(err)
 		}
@@ -727,18 +732,7 @@ func TestNodeFeatureClearsManagedFields(t *testing.T) {
 		// fields: the publish fails, so the loop retries, and the retry
 		// clears them.
 		h := newNFHarness(t)
-		h.nfd.PrependReactor("patch", "nodefeatures", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			pa := a.(k8stesting.PatchAction)
-			if pa.GetPatchType() != types.ApplyPatchType {
-				return false, nil, nil
-			}
-			var in nfdv1alpha1.NodeFeature
-			if err := json.Unmarshal(pa.GetPatch(), &in); err != nil {
-				return true, nil, apierrors.NewBadRequest(err.Error())
-			}
-			in.ResourceVersion, in.ManagedFields = "1", []metav1.ManagedFieldsEntry{entry}
-			return true, &in, h.nfd.Tracker().Create(nodeFeatureGVR, &in, pa.GetNamespace())
-		})
+		recordFieldsOnApply(h, entry)
 		failed := false
 		h.nfd.PrependReactor("patch", "nodefeatures", func(a k8stesting.Action) (bool, runtime.Object, error) {
 			pa := a.(k8stesting.PatchAction)

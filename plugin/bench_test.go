@@ -137,7 +137,7 @@ func BenchmarkRegistration(b *testing.B) {
 		b.Run(fmt.Sprintf("resources%d", n), func(b *testing.B) {
 			plan := benchPlan(n)
 			names := resourceNames(plan)
-			dir := tempDir(b)
+			dir := kubeletsim.ShortTempDir(b)
 			k, err := kubeletsim.Start(dir)
 			if err != nil {
 				b.Fatal(err)

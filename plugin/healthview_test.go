@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -17,7 +18,7 @@ func TestUnhealthyAndOnHealthChange(t *testing.T) {
 	clock := newFakeClock()
 	var changes atomic.Int32
 	opts := DefaultOptions()
-	opts.KubeletDir = tempDir(t)
+	opts.KubeletDir = kubeletsim.ShortTempDir(t)
 	opts.Clock = clock
 	opts.HealthRecovery = time.Minute
 	opts.OnHealthChange = func() { changes.Add(1) }

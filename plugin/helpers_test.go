@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -80,18 +79,6 @@ func h100Plan(name string) *plan.Plan {
 	}
 }
 
-// tempDir returns a short temporary directory: unix socket paths are
-// limited to 107 bytes, and t.TempDir paths can be long.
-func tempDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
 // fakeClock is k8s.io/utils/clock/testing's FakeClock with one change:
 // Advance runs the AfterFunc callbacks that came due in the caller's
 // goroutine after the clock's lock is released (FakeClock.Step calls them
@@ -145,7 +132,7 @@ type env struct {
 // startEnv starts a simulated kubelet and a manager serving plan.
 func startEnv(t testing.TB, opts Options, plan *plan.Plan) *env {
 	t.Helper()
-	e := &env{t: t, dir: tempDir(t)}
+	e := &env{t: t, dir: kubeletsim.ShortTempDir(t)}
 	k, err := kubeletsim.Start(e.dir)
 	if err != nil {
 		t.Fatal(err)

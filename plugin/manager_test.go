@@ -94,7 +94,7 @@ func TestNoTopologyWithoutNUMA(t *testing.T) {
 }
 
 func TestManagerBeforeKubelet(t *testing.T) {
-	e := &env{t: t, dir: tempDir(t)}
+	e := &env{t: t, dir: kubeletsim.ShortTempDir(t)}
 	reg := prometheus.NewRegistry()
 	opts := DefaultOptions()
 	opts.Registerer = reg
@@ -124,7 +124,7 @@ func TestManagerBeforeKubelet(t *testing.T) {
 // the agent holds publishing back for); it returns false when its context
 // ends first.
 func TestWaitReadyWakesOnRegistration(t *testing.T) {
-	e := &env{t: t, dir: tempDir(t)}
+	e := &env{t: t, dir: kubeletsim.ShortTempDir(t)}
 	reg := prometheus.NewRegistry()
 	opts := DefaultOptions()
 	opts.Registerer = reg
@@ -160,7 +160,7 @@ func TestWaitReadyWakesOnRegistration(t *testing.T) {
 	}
 
 	// A plan with no resource is ready as soon as it is served.
-	empty := &env{t: t, dir: tempDir(t)}
+	empty := &env{t: t, dir: kubeletsim.ShortTempDir(t)}
 	empty.startManager(DefaultOptions(), &plan.Plan{})
 	if !empty.m.WaitReady(empty.ctx()) {
 		t.Fatal("WaitReady = false for an empty plan")
@@ -168,7 +168,7 @@ func TestWaitReadyWakesOnRegistration(t *testing.T) {
 }
 
 func TestReadyNeedsEveryFirstResource(t *testing.T) {
-	m, err := NewManager(Options{KubeletDir: tempDir(t)})
+	m, err := NewManager(Options{KubeletDir: kubeletsim.ShortTempDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +443,7 @@ func TestHealthBeforePlan(t *testing.T) {
 	clock := newFakeClock()
 	opts := DefaultOptions()
 	opts.Clock = clock
-	e := &env{t: t, dir: tempDir(t)}
+	e := &env{t: t, dir: kubeletsim.ShortTempDir(t)}
 	k, err := kubeletsim.Start(e.dir)
 	if err != nil {
 		t.Fatal(err)

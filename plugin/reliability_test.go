@@ -136,7 +136,7 @@ func TestDirectoryAndParentRecreated(t *testing.T) {
 			t.Logf("logs:\n%s", strings.Join(logs.lines(), "\n"))
 		}
 	})
-	root := tempDir(t)
+	root := kubeletsim.ShortTempDir(t)
 	dir := filepath.Join(root, "kubelet", "device-plugins")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)
@@ -165,7 +165,7 @@ func TestBackstopWithoutInotify(t *testing.T) {
 	opts.Registerer = reg
 	opts.Logger = log
 	opts.WatchBackstop = 10 * time.Millisecond
-	e := &env{t: t, dir: tempDir(t)}
+	e := &env{t: t, dir: kubeletsim.ShortTempDir(t)}
 	e.restartKubeletIn(t)
 	opts.KubeletDir = e.dir
 	m, err := NewManager(opts)
@@ -218,7 +218,7 @@ func TestReadyFollowsRegistration(t *testing.T) {
 }
 
 func TestStaleSocketsRemoved(t *testing.T) {
-	dir := tempDir(t)
+	dir := kubeletsim.ShortTempDir(t)
 	stale, _ := SocketPath(dir, "example.com/removed")
 	served, _ := SocketPath(dir, "nvidia.com/gpu")
 	other := filepath.Join(dir, "other-vendor.sock")
@@ -254,7 +254,7 @@ func TestRegistrationSeriesWhileKubeletMissing(t *testing.T) {
 	opts := DefaultOptions()
 	opts.Registerer = reg
 	opts.Logger = log
-	e := &env{t: t, dir: tempDir(t)}
+	e := &env{t: t, dir: kubeletsim.ShortTempDir(t)}
 	e.startManager(opts, h100Plan("nvidia.com/gpu"))
 	waitTrue(t, "several kubelet-missing attempts", func() bool {
 		return metricValue(t, reg, "featureplug_plugin_registrations_total", map[string]string{"resource": "nvidia.com/gpu", "result": "kubelet-missing"}) >= 5
@@ -302,7 +302,7 @@ func TestRegistersAfterRefusedDial(t *testing.T) {
 
 func TestHealthSurvivesRestart(t *testing.T) {
 	clock := newFakeClock()
-	state := tempDir(t)
+	state := kubeletsim.ShortTempDir(t)
 	reg := prometheus.NewRegistry()
 	opts := DefaultOptions()
 	opts.Clock = clock
@@ -385,7 +385,7 @@ func TestHealthSurvivesRestart(t *testing.T) {
 
 func TestHealthStateExpiredAndCorrupt(t *testing.T) {
 	clock := newFakeClock()
-	state := tempDir(t)
+	state := kubeletsim.ShortTempDir(t)
 	path := filepath.Join(state, HealthStateFile)
 	old := healthState{Version: healthStateVersion, Devices: []healthRecord{
 		{Key: gpuUUID(1), GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 79, Deadline: clock.Now().Add(-time.Second)},

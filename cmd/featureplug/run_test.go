@@ -73,17 +73,6 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// shortTempDir returns a temp dir short enough for unix socket paths.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
 func startAgent(t *testing.T, args ...string) *agentProcess {
 	t.Helper()
 	addr := freePort(t)
@@ -202,7 +191,7 @@ rules:
 `
 
 func TestRunRulesReload(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := kubeletsim.ShortTempDir(t)
 	k := startKubelet(t, dir)
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, rulesFile, fmt.Sprintf(twoResourceRules, "example.com/small"))
@@ -236,7 +225,7 @@ func TestRunRulesReload(t *testing.T) {
 }
 
 func TestRunFollowsFakeNodeChangesOnSIGHUP(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := kubeletsim.ShortTempDir(t)
 	k := startKubelet(t, dir)
 	nodeFile := filepath.Join(t.TempDir(), "node.yaml")
 	layout := func(profile string, count int) string {
@@ -283,7 +272,7 @@ gpus:
 }
 
 func TestRunReadinessAndCleanStop(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := kubeletsim.ShortTempDir(t)
 	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir)
 	eventually(t, "/healthz answers", func() bool { code, _ := p.get("/healthz"); return code == http.StatusOK })
 	if code, body := p.get("/readyz"); code != http.StatusServiceUnavailable {
@@ -315,7 +304,7 @@ func TestRunReadinessAndCleanStop(t *testing.T) {
 }
 
 func TestRunHealthEventReachesKubelet(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := kubeletsim.ShortTempDir(t)
 	k := startKubelet(t, dir)
 	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir, "--health-recovery", "1s")
 	eventually(t, "8 healthy GPUs", func() bool { _, healthy := k.Capacity("nvidia.com/gpu"); return healthy == 8 })
@@ -385,8 +374,8 @@ func TestRunSupervisesMPSDaemons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := shortTempDir(t)
-	mpsRoot := shortTempDir(t)
+	dir := kubeletsim.ShortTempDir(t)
+	mpsRoot := kubeletsim.ShortTempDir(t)
 	t.Cleanup(func() { killFakeDaemons(t, mpsRoot) })
 	k := startKubelet(t, dir)
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
@@ -441,12 +430,12 @@ func TestRunSupervisesMPSDaemons(t *testing.T) {
 }
 
 func TestRunHoldsBackMPSWithoutControlBinary(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := kubeletsim.ShortTempDir(t)
 	k := startKubelet(t, dir)
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, rulesFile, mpsRules)
 	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir, "--rules", rulesFile,
-		"--mps-root", shortTempDir(t), "--mps-control", "/nonexistent/nvidia-cuda-mps-control")
+		"--mps-root", kubeletsim.ShortTempDir(t), "--mps-control", "/nonexistent/nvidia-cuda-mps-control")
 	eventually(t, "nvidia.com/gpu is served", func() bool { total, _ := k.Capacity("nvidia.com/gpu"); return total == 6 })
 	eventually(t, "the held-back resource is exported", func() bool {
 		return p.metric("featureplug_mps_resource_unavailable", "example.com/gpu.mps") == 1
@@ -471,7 +460,7 @@ func (p *agentProcess) post(path string) (int, string) {
 }
 
 func TestRunFakeInjectionRejectsOutOfRangeNumbers(t *testing.T) {
-	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", shortTempDir(t))
+	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", kubeletsim.ShortTempDir(t))
 	eventually(t, "/healthz answers", func() bool { code, _ := p.get("/healthz"); return code == http.StatusOK })
 	for _, tc := range []struct{ path, want string }{
 		{"/fake/xid?gpu=0&xid=-5", "xid: -5 is out of range"},
@@ -491,7 +480,7 @@ func TestRunFakeInjectionRejectsOutOfRangeNumbers(t *testing.T) {
 }
 
 func TestRunHealthzFailsWhileTheLoopIsStuck(t *testing.T) {
-	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", shortTempDir(t),
+	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", kubeletsim.ShortTempDir(t),
 		"--liveness-timeout", "1s")
 	eventually(t, "/healthz answers", func() bool { code, _ := p.get("/healthz"); return code == http.StatusOK })
 	if code, body := p.post("/fake/stall"); code != http.StatusNoContent {

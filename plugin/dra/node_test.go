@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -143,23 +144,11 @@ func (l *nodeLogBuffer) String() string {
 	return l.b.String()
 }
 
-// nodeTempDir returns a short temporary directory: unix socket paths are
-// limited to 107 bytes, and t.TempDir paths can be long.
-func nodeTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fpdra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
 // newNodeEnv makes a Node (not yet running) in fresh directories, or in
 // stateDir's when it is not empty.
 func newNodeEnv(t *testing.T, stateDir string, claims *nodeClaims, table func() *Table) *nodeEnv {
 	t.Helper()
-	root := nodeTempDir(t)
+	root := kubeletsim.ShortTempDir(t)
 	if stateDir == "" {
 		stateDir = filepath.Join(root, "state")
 	}
@@ -754,7 +743,7 @@ func TestNodeCorruptCheckpoint(t *testing.T) {
 		{"record", `{"version": 1, "claims": [{"uid": "u", "namespace": "ns", "name": "a", "devices": []}]}`, "claims[0]: claim ns/a (uid u): no devices"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			state := nodeTempDir(t)
+			state := kubeletsim.ShortTempDir(t)
 			path := filepath.Join(state, CheckpointFile)
 			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
 				t.Fatal(err)

@@ -3,6 +3,7 @@ package mps
 import (
 	"bytes"
 	"context"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -84,7 +85,7 @@ func fakeBinary(t *testing.T) string {
 // left running.
 func newEnv(t *testing.T, edit func(*Options)) *env {
 	t.Helper()
-	e := &env{t: t, root: shortTempDir(t), binary: fakeBinary(t), reg: prometheus.NewPedanticRegistry(), logs: &syncBuffer{}}
+	e := &env{t: t, root: kubeletsim.ShortTempDir(t), binary: fakeBinary(t), reg: prometheus.NewPedanticRegistry(), logs: &syncBuffer{}}
 	opts := Options{
 		Root:           e.root,
 		ControlBinary:  e.binary,
@@ -113,19 +114,6 @@ func newEnv(t *testing.T, edit func(*Options)) *env {
 		killLeftovers(t, e.root)
 	})
 	return e
-}
-
-// shortTempDir returns a temporary directory with a short path: the fake
-// daemon's pipe directories must stay within the socket path limit, which
-// t.TempDir's test-named paths can pass.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "mps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
 }
 
 // killLeftovers kills every fake daemon under root that is still running.

@@ -1,9 +1,9 @@
 package agent
 
 import (
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -36,11 +36,7 @@ func TestHealthzFailsWhenTheHealthWatcherStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	dir, err := os.MkdirTemp("", "fp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	dir := kubeletsim.ShortTempDir(t)
 	a, err := New(Config{
 		NodeName: "unit", Source: noEventsSource{src}, Rules: "none", RulesEngine: testRulesEngine(),
 		Plugin: plugin.Options{KubeletDir: dir},

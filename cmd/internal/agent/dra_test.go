@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -57,7 +58,7 @@ func newDRATestEnv(t *testing.T) *draTestEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close)
-	dir := draShortDir(t)
+	dir := kubeletsim.ShortTempDir(t)
 	e := &draTestEnv{
 		src: src, dir: dir,
 		kube:     kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-1"}}),
@@ -114,18 +115,6 @@ func (e *draTestEnv) slice(t *testing.T) *resourceapi.ResourceSlice {
 		t.Fatalf("the node's ResourceSlice: %v", err)
 	}
 	return s
-}
-
-// draShortDir is a temporary directory with a path short enough for the
-// unix sockets the DRA server makes in it (t.TempDir's are not).
-func draShortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fpdra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
 }
 
 // draTestGPU returns the UUID of GPU i of the agent's inventory.
@@ -279,7 +268,7 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), CDI: CDIConfig{SpecDir: tt.spec, DriverRoot: t.TempDir()},
-				Plugin: plugin.Options{KubeletDir: t.TempDir()}, DRARegistryDir: draShortDir(t), DRAPluginDir: draShortDir(t)}
+				Plugin: plugin.Options{KubeletDir: t.TempDir()}, DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)}
 			if tt.kube {
 				cfg.Kube = kube
 			}
@@ -336,7 +325,7 @@ func TestServeDRAStartupErrors(t *testing.T) {
 	// With both, it starts.
 	_, err = New(Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA, Kube: kube,
 		CDI: CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()}, Plugin: plugin.Options{KubeletDir: t.TempDir()},
-		DRARegistryDir: draShortDir(t), DRAPluginDir: draShortDir(t)})
+		DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("New with an API server and a CDI spec directory: %v", err)
 	}

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +19,7 @@ func TestAfterStartupOnceRegistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	dir, err := os.MkdirTemp("", "fp") // short: unix socket paths
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	dir := kubeletsim.ShortTempDir(t)
 	kubelet, err := kubeletsim.Start(dir)
 	if err != nil {
 		t.Fatal(err)

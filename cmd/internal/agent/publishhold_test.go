@@ -23,11 +23,7 @@ func TestPublishHeldUntilRegistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	dir, err := os.MkdirTemp("", "fp") // short: unix socket paths
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	dir := kubeletsim.ShortTempDir(t)
 	features := filepath.Join(dir, "features")
 	records := make(kubeRecords, 4096)
 	a, err := New(Config{

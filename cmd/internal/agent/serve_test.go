@@ -71,12 +71,7 @@ func TestServeSplitsResourcesByAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	// A short directory: unix socket paths are limited to 108 bytes.
-	dir, err := os.MkdirTemp("", "fp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	dir := kubeletsim.ShortTempDir(t)
 	kubeletDir := filepath.Join(dir, "dp")
 	if err := os.Mkdir(kubeletDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -189,11 +184,7 @@ func TestServeRefusesDRAItCannotServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	dir, err := os.MkdirTemp("", "fp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	dir := kubeletsim.ShortTempDir(t)
 	kubelet, err := kubeletsim.Start(dir)
 	if err != nil {
 		t.Fatal(err)
