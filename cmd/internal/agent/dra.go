@@ -58,6 +58,8 @@ type draSink struct {
 	// mpsUnavailable says which are not (mps.go).
 	mps            *mps.Supervisor
 	mpsUnavailable *prometheus.GaugeVec
+	// held is which MPS resources are withheld, for the log (mps.go).
+	held mpsHeld
 	// pub is nil without an API server.
 	pub *dra.Publisher
 	log *slog.Logger

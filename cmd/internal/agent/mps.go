@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -68,19 +70,69 @@ func (s *devicePluginSink) servedPlan(plan *plan.Plan) *plan.Plan {
 	}
 	served := *plan
 	served.Resources = nil
+	names := make([]string, 0, len(plan.Resources))
 	for _, r := range plan.Resources {
+		names = append(names, r.Name)
 		if needsDaemon(r.Sharing) {
-			if ok, reason := s.mps.Ready(r.Name); !ok {
+			ok, reason := s.mps.Ready(r.Name)
+			changed := s.held.note(r.Name, !ok, reason)
+			if !ok {
 				s.metrics.mpsUnavailable.WithLabelValues(r.Name).Set(1)
-				s.log.Warn("MPS resource held back until its control daemon is up", "resource", r.Name, "reason", reason)
+				if changed {
+					s.log.Warn("MPS resource held back until its control daemon is up", "resource", r.Name, "reason", reason)
+				}
 				continue
 			}
 			s.metrics.mpsUnavailable.WithLabelValues(r.Name).Set(0)
+			if changed {
+				s.log.Info("MPS resource served: its control daemon is up", "resource", r.Name)
+			}
 		}
 		served.Resources = append(served.Resources, r)
 	}
+	s.held.keep(names)
 	s.served.Store(&served)
 	return &served
+}
+
+// mpsHeld remembers which MPS resources a sink holds back, and why, so
+// that the log says so when holding back starts, changes reason or ends,
+// rather than at every plan (a re-discovery every 30 s replans) while a
+// daemon stays down; featureplug_mps_resource_unavailable says it all the
+// time.
+type mpsHeld struct {
+	mu      sync.Mutex
+	reasons map[string]string // by resource, while held back
+}
+
+// note records whether resource is held back (for reason) and reports
+// whether that differs from what was noted before; a resource not noted
+// before counts as served.
+func (h *mpsHeld) note(resource string, held bool, reason string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	before, was := h.reasons[resource]
+	if !held {
+		delete(h.reasons, resource)
+		return was
+	}
+	if h.reasons == nil {
+		h.reasons = map[string]string{}
+	}
+	h.reasons[resource] = reason
+	return !was || before != reason
+}
+
+// keep forgets the resources not in names: a resource that leaves the plan
+// and comes back held is reported again.
+func (h *mpsHeld) keep(names []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for r := range h.reasons {
+		if !slices.Contains(names, r) {
+			delete(h.reasons, r)
+		}
+	}
 }
 
 // mpsGate lets Allocate through for every resource but an MPS resource
@@ -127,8 +179,11 @@ func (s *draSink) mpsWithheld(r *plan.Resource) bool {
 		}
 		s.mpsUnavailable.WithLabelValues(r.Name).Set(v)
 	}
-	if !ok {
+	switch changed := s.held.note(r.Name, !ok, reason); {
+	case changed && !ok:
 		s.log.Warn("MPS resource withheld from the ResourceSlice until its control daemon is up", "resource", r.Name, "reason", reason)
+	case changed:
+		s.log.Info("MPS resource offered in the ResourceSlice: its control daemon is up", "resource", r.Name)
 	}
 	return !ok
 }

@@ -57,3 +57,34 @@ func TestMPSGate(t *testing.T) {
 		t.Errorf("the gate lets an MPS resource without a daemon through (reason %q)", reason)
 	}
 }
+
+// TestMPSHeldLogsTransitions: an MPS resource held back is reported when
+// holding back starts, when its reason changes and when it ends, not at
+// every plan while its daemon stays down; a resource that left the plan
+// and comes back held is reported again.
+func TestMPSHeldLogsTransitions(t *testing.T) {
+	var h mpsHeld
+	steps := []struct {
+		held   bool
+		reason string
+		want   bool
+	}{
+		{false, "", false},                       // served from the start: nothing to say
+		{true, "daemon starting", true},          // held back
+		{true, "daemon starting", false},         // the next plan, same reason
+		{true, "daemon exited: status 1", true},  // another reason
+		{true, "daemon exited: status 1", false}, // and again
+		{false, "", true},                        // served again
+		{false, "", false},                       // still served
+		{true, "daemon exited: status 1", true},  // held back again
+	}
+	for i, s := range steps {
+		if got := h.note("example.com/mps", s.held, s.reason); got != s.want {
+			t.Errorf("step %d (held %v, %q): changed = %v, want %v", i, s.held, s.reason, got, s.want)
+		}
+	}
+	h.keep(nil) // the resource left the plan
+	if !h.note("example.com/mps", true, "daemon exited: status 1") {
+		t.Error("a resource back in the plan, held, was not reported")
+	}
+}

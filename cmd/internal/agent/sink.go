@@ -123,6 +123,8 @@ type devicePluginSink struct {
 	// served is the plan last handed to the manager, read by the Allocate
 	// gate.
 	served atomic.Pointer[plan.Plan]
+	// held is which MPS resources are held back, for the log (mps.go).
+	held mpsHeld
 }
 
 var (
