@@ -18,6 +18,7 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/featureplug/featureplug/plugin/fswatch"
 )
@@ -90,13 +91,18 @@ type NodeOptions struct {
 	Logger *slog.Logger
 	// Registerer takes the metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
+	// Clock drives the device health heartbeat (HealthHeartbeat); nil
+	// is the real clock.
+	Clock clock.WithTicker
 }
 
 // Node is the kubelet-facing half of the DRA driver: the plugin
 // registration server on RegistrationSocketName in the registry
 // directory, and the DRA service (k8s.io/kubelet/pkg/apis/dra v1 and
 // v1beta1) on PluginSocketName in the plugin directory, which prepares a
-// claim's devices as CDI device IDs and checkpoints prepared claims. A
+// claim's devices as CDI device IDs and checkpoints prepared claims,
+// beside the device health service (DRAResourceHealth v1 and v1alpha1,
+// health.go) that streams the Table's device health to the kubelet. A
 // socket deleted or replaced while it runs is made again. Create it with
 // NewNode and run it with Run; its methods are safe for concurrent use.
 type Node struct {
@@ -117,6 +123,9 @@ type Node struct {
 	// registryMissing is set while the registry directory is gone (logged
 	// once).
 	registryMissing bool
+
+	// health holds the DRAResourceHealth streams' state (health.go).
+	health healthState
 }
 
 // NewNode checks the options and reads the checkpoint. A checkpoint whose
@@ -143,6 +152,9 @@ func NewNode(opts NodeOptions) (*Node, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	n := &Node{
 		opts:    opts,
@@ -349,11 +361,13 @@ func (n *Node) shutdown() {
 	n.metrics.registeredNow.Set(0)
 }
 
-// registerDRA registers the DRA service, v1 and v1beta1, on srv.
+// registerDRA registers the DRA service, v1 and v1beta1, and the device
+// health service, v1 and v1alpha1, on srv.
 func (n *Node) registerDRA(srv *grpc.Server) {
 	svc := &draService{n: n}
 	drapbv1.RegisterDRAPluginServer(srv, svc)
 	drapbv1beta1.RegisterDRAPluginServer(srv, drapbv1beta1.V1ServerWrapper{DRAPluginServer: svc})
+	n.registerHealth(srv)
 }
 
 // registerRegistration registers the plugin registration service on srv.

@@ -31,6 +31,7 @@ type nodeMetrics struct {
 	registrations  *prometheus.CounterVec
 	socketStarts   *prometheus.CounterVec
 	ckptWrites     *prometheus.CounterVec
+	healthStreams  prometheus.Gauge
 }
 
 func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
@@ -63,6 +64,10 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 			Namespace: "featureplug", Subsystem: "dra", Name: "checkpoint_writes_total",
 			Help: "Writes of the prepared-claims checkpoint, by result (ok, error).",
 		}, []string{"result"}),
+		healthStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "featureplug", Subsystem: "dra", Name: "health_streams",
+			Help: "DRAResourceHealth NodeWatchResources streams open now (the kubelet keeps one open while it watches device health).",
+		}),
 	}
 	// Every series exists from the start, at 0.
 	for _, r := range []string{resultPrepared, resultCheckpointed, resultError} {
@@ -83,7 +88,7 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.prepares, m.unprepares, m.preparedClaims, m.registeredNow, m.registrations, m.socketStarts, m.ckptWrites} {
+	for _, c := range []prometheus.Collector{m.prepares, m.unprepares, m.preparedClaims, m.registeredNow, m.registrations, m.socketStarts, m.ckptWrites, m.healthStreams} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("DRA node metrics: %w", err)
 		}

@@ -317,7 +317,8 @@ func nodeDevices(r *drapbv1.NodePrepareResourceResponse) []string {
 
 // TestNodeRegistration: the registration socket answers GetInfo as the
 // 1.37 kubelet's plugin watcher needs it (a DRA plugin, the driver's name,
-// the DRA socket, v1 then v1beta1), and a status the kubelet reports is
+// the DRA socket, v1 then v1beta1, then the device health service v1
+// and v1alpha1), and a status the kubelet reports is
 // logged (with the refusal's reason) and counted.
 func TestNodeRegistration(t *testing.T) {
 	e := newNodeEnv(t, "", &nodeClaims{}, nodeTable).start()
@@ -333,7 +334,7 @@ func TestNodeRegistration(t *testing.T) {
 		Type:              "DRAPlugin",
 		Name:              "gpu.featureplug.io",
 		Endpoint:          filepath.Join(e.plugDir, "dra.sock"),
-		SupportedVersions: []string{"v1.DRAPlugin", "v1beta1.DRAPlugin"},
+		SupportedVersions: []string{"v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"},
 	}
 	if info.GetType() != want.Type || info.GetName() != want.Name || info.GetEndpoint() != want.Endpoint ||
 		!reflect.DeepEqual(info.GetSupportedVersions(), want.SupportedVersions) {

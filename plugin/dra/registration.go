@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -17,8 +19,14 @@ const RegistrationSocketName = DriverName + "-reg.sock"
 // supportedServices are the DRA gRPC services the driver serves, most
 // recent first: the kubelet (1.37) takes the first one it knows. v1beta1
 // is still accepted by the 1.37 kubelet (and used by older ones), and is
-// served through the kubelet API's own v1 wrapper.
-var supportedServices = []string{drapbv1.DRAPluginService, drapbv1beta1.DRAPluginService}
+// served through the kubelet API's own v1 wrapper. The optional device
+// health service (DRAResourceHealth, health.go) follows, v1 then
+// v1alpha1: the kubelet picks the DRA service from the DRAPlugin names
+// and the health service from these.
+var supportedServices = []string{
+	drapbv1.DRAPluginService, drapbv1beta1.DRAPluginService,
+	drahealthv1.DRAResourceHealthService, drahealthv1alpha1.DRAResourceHealthService,
+}
 
 // registrationServer answers the kubelet's plugin watcher
 // (pluginregistration v1) on the registration socket: GetInfo says this is

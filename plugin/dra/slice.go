@@ -53,6 +53,12 @@ func (u Unhealthy) reason(d plan.Device) (string, bool) {
 	return "", false
 }
 
+// unhealthyReason is the taint value of d, "" when it is healthy.
+func unhealthyReason(u Unhealthy, d plan.Device) string {
+	why, _ := u.reason(d)
+	return why
+}
+
 // UnhealthyReason is the taint value for a health event of kind and xid:
 // "xid-<n>" for an XID, the kind itself otherwise ("ecc-double-bit").
 func UnhealthyReason(kind discovery.HealthEventKind, xid uint64) string {
@@ -174,6 +180,7 @@ func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, 
 				Sharing:    r.Sharing,
 				Device:     d,
 				CDIDevices: []string{parser.QualifiedName(vendor, class, cdiName(d))},
+				Unhealthy:  unhealthyReason(o.Unhealthy, d),
 			})
 		}
 	}

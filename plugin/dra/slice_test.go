@@ -263,6 +263,10 @@ func TestBuildSliceUnhealthy(t *testing.T) {
 				if !equality.Semantic.DeepEqual(d.Taints, want) {
 					t.Errorf("%s: taints %+v, want %+v", d.Name, d.Taints, want)
 				}
+				// The Table holds the same reason, for the health stream.
+				if td, ok := b.Table.Lookup(d.Name); !ok || td.Unhealthy != value {
+					t.Errorf("%s: table entry %+v (found %v), want Unhealthy %q", d.Name, td, ok, value)
+				}
 			}
 		})
 	}

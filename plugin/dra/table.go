@@ -3,7 +3,9 @@
 // node's devices in a ResourceSlice (typed attributes from
 // discovery/draattr, memory as capacity, health as taints) and answers the
 // kubelet's DRA plugin API, preparing a claim's devices as CDI device IDs
-// and checkpointing prepared claims in the state directory.
+// and checkpointing prepared claims in the state directory; it streams
+// the devices' health to the kubelet (DRAResourceHealth), which shows it
+// in the pods' status.
 //
 // A resource is served here only when plan.Resource.ServedBy says
 // plan.ServeDRA; the device-plugin sink leaves such resources alone, so a
@@ -33,6 +35,10 @@ type Device struct {
 	// ("vendor/class=name") the container runtime resolves to the
 	// device's edits.
 	CDIDevices []string
+	// Unhealthy is why the device is held unhealthy, the value of its
+	// TaintUnhealthy taint ("xid-79"); "" while it is healthy. The
+	// kubelet learns it through DRAResourceHealth (health.go).
+	Unhealthy string
 }
 
 // Table is the set of devices the DRA sink currently publishes, by

@@ -68,6 +68,10 @@ type draSink struct {
 
 	// table is the Table the kubelet-side server reads.
 	table atomic.Pointer[dra.Table]
+	// tableChanged, when set (dra_node.go, before the sinks run), is
+	// called after each new Table: the kubelet-side server's device
+	// health streams read it again.
+	tableChanged func()
 
 	// marker records that the node may have a slice (sliceMarker).
 	marker sliceMarker
@@ -280,6 +284,9 @@ func (s *draSink) unhealthy() dra.Unhealthy {
 // (sliceMarker).
 func (s *draSink) publish(b dra.Build) {
 	s.table.Store(b.Table)
+	if s.tableChanged != nil {
+		s.tableChanged()
+	}
 	s.devices.Set(float64(len(b.Devices)))
 	if s.pub != nil {
 		s.marker.offer(len(b.Devices) > 0, func() { s.pub.Offer(b.Devices) })

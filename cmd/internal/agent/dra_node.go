@@ -78,6 +78,8 @@ func (a *Agent) addDRANode() error {
 		return err
 	}
 	s := &draNodeSink{node: node, def: a.cfg.DefaultServe, log: log, start: make(chan struct{})}
+	// Device health streams (DRAResourceHealth) learn of each new Table.
+	a.dra.tableChanged = node.TableChanged
 	if s.def == plan.ServeDRA {
 		s.activate("--serve dra")
 	} else if n := node.PreparedClaims(); n > 0 {

@@ -16,10 +16,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
+	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
 	"github.com/featureplug/featureplug/plugin"
 	"github.com/featureplug/featureplug/plugin/dra"
@@ -233,4 +235,57 @@ func TestDRANodeServesOnceDRAIsUsed(t *testing.T) {
 	if err != nil || strings.Contains(string(data), "uid-c") {
 		t.Errorf("checkpoint after unprepare: %s, %v", data, err)
 	}
+}
+
+// TestDRANodeReportsHealth: the kubelet's device health stream
+// (DRAResourceHealth v1) reports the DRA device HEALTHY, then an XID on
+// its GPU reaches it as UNHEALTHY with the taint's reason, through the
+// DRA sink's new Table and dra.Node.TableChanged (not a later heartbeat).
+func TestDRANodeReportsHealth(t *testing.T) {
+	e := newDRANodeEnv(t)
+	e.writeRules(t, plan.ServeDRA)
+	a, records, _ := e.start(t)
+	draSock := filepath.Join(e.plugDir, dra.PluginSocketName)
+	kubeWaitRecord(t, records, "starting the kubelet-facing DRA driver")
+	draNodeWaitSocket(t, draSock)
+
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	// A report stamped before opened+HealthHeartbeat was not sent by a
+	// heartbeat: the stream's first heartbeat comes that long after it
+	// opens.
+	opened := time.Now().Unix()
+	stream, err := drahealthv1.NewDRAResourceHealthClient(draNodeDial(t, draSock)).
+		NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu0 := a.current.Load().GPUs[0].UUID
+	device := draattr.DeviceName(gpu0)
+	// next receives reports until device has health want.
+	next := func(want drahealthv1.HealthStatus, message string) {
+		t.Helper()
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("waiting for %s %s: %v", device, want, err)
+			}
+			devs := m.GetDevices()
+			if len(devs) != 1 || devs[0].GetDevice().GetPoolName() != "n" || devs[0].GetDevice().GetDeviceName() != device {
+				t.Fatalf("health report %v, want only n/%s", m, device)
+			}
+			if devs[0].GetHealth() == want {
+				if devs[0].GetMessage() != message {
+					t.Fatalf("%s %s with message %q, want %q", device, want, devs[0].GetMessage(), message)
+				}
+				if at := devs[0].GetLastUpdatedTime(); at >= opened+int64(dra.HealthHeartbeat/time.Second) {
+					t.Fatalf("%s %s reported by a heartbeat (at %d, the stream opened at %d), not when the Table changed", device, want, at, opened)
+				}
+				return
+			}
+		}
+	}
+	next(drahealthv1.HealthStatus_HEALTHY, "")
+	a.healthToSinks(discovery.HealthEvent{GPUUUID: gpu0, Kind: discovery.EventXID, XID: 79, Time: time.Now()})
+	next(drahealthv1.HealthStatus_UNHEALTHY, "xid-79")
 }
