@@ -449,7 +449,10 @@ func draE2EClaim(name, cel string) *resourceapi.ResourceClaim {
 // claim with a CEL selector on product and memory gets the one matching
 // device, one no device matches stays unallocated with its pod
 // unschedulable; an agent restart keeps the prepared claims and the slice
-// as they were, writing nothing.
+// as they were, writing nothing; an XID on a prepared GPU turns its health
+// in the pod's container status (as the kubelet's DRA manager fills it
+// from featureplug's DRAResourceHealth stream) from Healthy to Unhealthy
+// with the message xid-79.
 func TestDRAEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, kube-apiserver, kube-scheduler and featureplug")
@@ -678,6 +681,51 @@ func TestDRAEndToEnd(t *testing.T) {
 		if got := n.agent.metric(t, "featureplug_dra_prepared_claims"); got != prepared-1 {
 			t.Errorf("featureplug_dra_prepared_claims = %v after unprepare, want %v", got, prepared-1)
 		}
+	})
+
+	// Last, and on GPU 5, which no other subtest uses: the XID it plays
+	// leaves GPU 5 unhealthy (and its slice device tainted) for good.
+	t.Run("DeviceHealthReachesPodStatus", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		// A kubelet of this subtest's own (one a subtest before started
+		// ended with it): its plugin manager opens the device health
+		// stream when the driver registers. It deletes the node's slice
+		// at start; the agent writes it again.
+		n.kubelet.Stop()
+		n.kubelet = harness.StartKubeletDRA(t, api, n.name, n.regDir)
+		n.draE2EWaitRegistered(t)
+		n.draE2EWaitSlice(t, map[string]int{draE2EA100: 3, draE2EOther: 2, draE2EMIG: 2})
+		cel := draE2EAttr("type") + ` == "gpu" && ` + draE2EAttr("product") + `.matches("L40S")`
+		if _, err := api.Client.ResourceV1().ResourceClaims(draE2ENamespace).Create(ctx, draE2EClaim("l40s", cel), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating a claim selecting %s: %v", cel, err)
+		}
+		if _, err := pods.Create(ctx, draE2EPod("health-l40s", "", 0, "l40s"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := draE2EWaitPod(t, api, "health-l40s", "bound", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
+		gpu5 := inv.GPUs[5]
+		if gpu5.Index != 5 {
+			t.Fatalf("inventory GPU 5 has index %d", gpu5.Index)
+		}
+		devs := draE2EAllocated(t, api, n.name, "l40s")
+		if want := []string{draE2EDeviceName(gpu5.UUID)}; !slices.Equal(devs, want) {
+			t.Fatalf("claim selecting %s got devices %v, want %v (GPU 5)", cel, devs, want)
+		}
+		ids, err := n.kubelet.PreparePod(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		draE2ECheckCDI(t, n.cdiDir, ids["main"], []string{gpu5.UUID}, draE2EOther)
+		if len(ids["main"]) != 1 {
+			t.Fatalf("container main got CDI IDs %v, want one", ids["main"])
+		}
+		// The kubelet reports a device by its first CDI ID.
+		cdiID := ids["main"][0]
+		draE2EWaitDeviceHealth(t, n.kubelet, p, cdiID, corev1.ResourceHealthStatusHealthy, "")
+
+		n.agent.injectXID(t, 5, 79)
+		draE2EWaitDeviceHealth(t, n.kubelet, p, cdiID, corev1.ResourceHealthStatusUnhealthy, "xid-79")
 	})
 }
 

@@ -260,6 +260,20 @@ func (k *KubeletDRA) UnpreparePod(ctx context.Context, pod *v1.Pod) error {
 	return nil
 }
 
+// AllocatedResourcesStatus returns what the kubelet would put in pod's
+// status for its containers' DRA devices: one ContainerStatus per container
+// of the pod (Name set), with AllocatedResourcesStatus filled by the DRA
+// manager from the device health the drivers reported through
+// DRAResourceHealth for the devices of the pod's prepared claims.
+func (k *KubeletDRA) AllocatedResourcesStatus(pod *v1.Pod) []v1.ContainerStatus {
+	status := &v1.PodStatus{}
+	for _, c := range pod.Spec.Containers {
+		status.ContainerStatuses = append(status.ContainerStatuses, v1.ContainerStatus{Name: c.Name})
+	}
+	k.mgr.UpdateAllocatedResourcesStatus(k.logger, pod, status)
+	return status.ContainerStatuses
+}
+
 // activePods is the DRA manager's view of the pods on the node: its
 // reconcile loop unprepares the claims of pods not in it.
 func (k *KubeletDRA) activePods() []*v1.Pod {
