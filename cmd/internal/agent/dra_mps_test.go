@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -78,14 +77,9 @@ func draMPSStart(t *testing.T, e *draTestEnv, root string, records kubeRecords) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	_, stop := startAgentRun(t, a)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
+		stop()
 		draMPSKillDaemons(root)
 	})
 	return a

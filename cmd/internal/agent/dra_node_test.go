@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,20 +109,13 @@ func (e *draNodeEnv) start(t *testing.T) (*Agent, kubeRecords, func()) {
 		src.Close()
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	stopped := false
+	_, stopRun := startAgentRun(t, a)
+	var once sync.Once
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		src.Close()
+		once.Do(func() {
+			stopRun()
+			src.Close()
+		})
 	}
 	t.Cleanup(stop)
 	return a, records, stop

@@ -90,20 +90,7 @@ func (e *draTestEnv) start(t *testing.T, records kubeRecords) (*Agent, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}
+	_, stop := startAgentRun(t, a)
 	t.Cleanup(stop)
 	return a, stop
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/featureplug/featureplug/rules"
@@ -18,14 +19,25 @@ func testRulesEngine() RulesEngine {
 // error; the context it returns ends with the test.
 func runAgent(t *testing.T, a *Agent) context.Context {
 	t.Helper()
+	ctx, stop := startAgentRun(t, a)
+	t.Cleanup(stop)
+	return ctx
+}
+
+// startAgentRun runs a until stop is called, which waits for Run to return
+// and checks that it returned no error; calling stop again does nothing.
+func startAgentRun(t *testing.T, a *Agent) (ctx context.Context, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return ctx
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
 }
