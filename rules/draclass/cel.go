@@ -87,38 +87,39 @@ func wrap(c string) string {
 // nested joins of the same operator.
 func splitTop(c, sep string) []string {
 	var out []string
-	depth, start := 0, 0
-	for i := 0; i < len(c); i++ {
-		switch c[i] {
-		case '"':
-			for i++; i < len(c) && c[i] != '"'; i++ {
-				if c[i] == '\\' {
-					i++
-				}
-			}
-		case '(', '[':
-			depth++
-		case ')', ']':
-			depth--
-		default:
-			if depth == 0 && strings.HasPrefix(c[i:], " "+sep+" ") {
-				out = append(out, c[start:i])
-				i += len(sep) + 1
-				start = i + 1
-			}
+	start := 0
+	scanTop(c, func(i int) int {
+		if !strings.HasPrefix(c[i:], " "+sep+" ") {
+			return 0
 		}
-	}
+		out = append(out, c[start:i])
+		start = i + len(sep) + 2
+		return len(sep) + 1
+	})
 	return append(out, c[start:])
 }
 
 // topLevel reports whether sep occurs in c outside parentheses, brackets
 // and string literals.
 func topLevel(c, sep string) bool {
+	found := false
+	scanTop(c, func(i int) int {
+		if !found && strings.HasPrefix(c[i:], sep) {
+			found = true
+		}
+		return 0
+	})
+	return found
+}
+
+// scanTop calls at with each index of c outside parentheses, brackets and
+// string literals (escapes included); at returns how many bytes to skip
+// after the one at i.
+func scanTop(c string, at func(i int) int) {
 	depth := 0
 	for i := 0; i < len(c); i++ {
 		switch c[i] {
 		case '"':
-			// Skip the literal, with its escapes.
 			for i++; i < len(c) && c[i] != '"'; i++ {
 				if c[i] == '\\' {
 					i++
@@ -129,12 +130,11 @@ func topLevel(c, sep string) bool {
 		case ')', ']':
 			depth--
 		default:
-			if depth == 0 && strings.HasPrefix(c[i:], sep) {
-				return true
+			if depth == 0 {
+				i += at(i)
 			}
 		}
 	}
-	return false
 }
 
 // quote writes a CEL string literal. Go's escapes are a subset of CEL's.

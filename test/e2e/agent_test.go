@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"io"
 	"net/http"
 	"os"
@@ -277,16 +278,10 @@ func waitFor(ctx context.Context, cond func() (bool, string)) error {
 }
 
 // shortTempDir returns a temporary directory with a short path, removed at
-// the end of the test: unix socket paths must fit in 107 bytes, and t.TempDir
-// paths carry the test's name.
+// the end of the test (kubeletsim.ShortTempDir: unix socket paths).
 func shortTempDir(t *testing.T) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "fp")
-	if err != nil {
-		t.Fatalf("creating a temporary directory: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	return kubeletsim.ShortTempDir(t)
 }
 
 // writeFileAtomic replaces path's content the way a ConfigMap update or an

@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,11 +111,7 @@ func TestKubeletDRAPreparesThroughRegisteredDriver(t *testing.T) {
 		t.Fatalf("creating a stale ResourceSlice: %v", err)
 	}
 
-	base, err := os.MkdirTemp("", "fpdra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	base := kubeletsim.ShortTempDir(t)
 	regDir, pluginDir := filepath.Join(base, "reg"), filepath.Join(base, "plugin")
 	if err := os.MkdirAll(pluginDir, 0o750); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package harness_test
 import (
 	"context"
 	"fmt"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,11 +50,7 @@ func TestSchedulerServesExtendedResourceThroughDRA(t *testing.T) {
 		t.Fatalf("creating the default service account: %v", err)
 	}
 
-	base, err := os.MkdirTemp("", "fpsch")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	base := kubeletsim.ShortTempDir(t)
 	regDir, pluginDir := filepath.Join(base, "reg"), filepath.Join(base, "plugin")
 	if err := os.MkdirAll(pluginDir, 0o750); err != nil {
 		t.Fatal(err)

@@ -14,17 +14,9 @@ import (
 // releases the binary's start-up pages only once the kubelet has taken
 // every resource, and says so in its log.
 func TestAfterStartupOnceRegistered(t *testing.T) {
-	src, err := OpenFake("dgx-a100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	src := openFakeT(t, "dgx-a100")
 	dir := kubeletsim.ShortTempDir(t)
-	kubelet, err := kubeletsim.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kubelet.Stop()
+	kubelet := startKubeletT(t, dir)
 	records := make(kubeRecords, 4096)
 	// At AfterStartup: whether the manager had every resource of its plan
 	// registered, and the resources the kubelet has.
@@ -34,7 +26,7 @@ func TestAfterStartupOnceRegistered(t *testing.T) {
 	}
 	afterStartup := make(chan state, 1)
 	var a *Agent
-	a, err = New(Config{
+	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
 		Plugin:              plugin.Options{KubeletDir: dir},
 		RediscoverInterval:  time.Hour,

@@ -18,11 +18,7 @@ import (
 // kubelet, logged after the plan was applied), and writes it once the
 // kubelet has registered every resource, well before the hold runs out.
 func TestPublishHeldUntilRegistered(t *testing.T) {
-	src, err := OpenFake("dgx-a100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	src := openFakeT(t, "dgx-a100")
 	dir := kubeletsim.ShortTempDir(t)
 	features := filepath.Join(dir, "features")
 	records := make(kubeRecords, 4096)
@@ -60,11 +56,7 @@ func TestPublishHeldUntilRegistered(t *testing.T) {
 		t.Fatalf("feature file before any registration: %v", err)
 	}
 
-	kubelet, err := kubeletsim.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kubelet.Stop()
+	kubelet := startKubeletT(t, dir)
 	waitLog("wrote feature file")
 	// The mixed rules make four resources of the fake DGX A100; all were
 	// registered before the write.

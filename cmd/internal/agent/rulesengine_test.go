@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"sync"
 	"testing"
 
@@ -40,4 +41,27 @@ func startAgentRun(t *testing.T, a *Agent) (ctx context.Context, stop func()) {
 			}
 		})
 	}
+}
+
+// openFakeT opens the bundled fake node name for the test; it is closed
+// when the test ends (after the agents the test runs have stopped).
+func openFakeT(t *testing.T, name string) *FakeSource {
+	t.Helper()
+	src, err := OpenFake(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	return src
+}
+
+// startKubeletT serves a simulated kubelet in dir until the test ends.
+func startKubeletT(t *testing.T, dir string) *kubeletsim.Kubelet {
+	t.Helper()
+	k, err := kubeletsim.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	return k
 }

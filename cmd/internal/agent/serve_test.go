@@ -66,21 +66,13 @@ func serveWaitReady(t *testing.T, a *Agent) {
 // the other resource keeps its one registration and ListAndWatch stream,
 // with no update but the health change the test plays last.
 func TestServeSplitsResourcesByAPI(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	src := openFakeT(t, "dgx-h100")
 	dir := kubeletsim.ShortTempDir(t)
 	kubeletDir := filepath.Join(dir, "dp")
 	if err := os.Mkdir(kubeletDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	kubelet, err := kubeletsim.Start(kubeletDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kubelet.Stop()
+	kubelet := startKubeletT(t, kubeletDir)
 	rulesPath := filepath.Join(dir, "rules.yaml")
 	writeRules := func(aServe plan.Serve) {
 		t.Helper()
@@ -179,17 +171,9 @@ func TestServeSplitsResourcesByAPI(t *testing.T) {
 // resource keeps its device plugin rather than being served by neither
 // API.
 func TestServeRefusesDRAItCannotServe(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	src := openFakeT(t, "dgx-h100")
 	dir := kubeletsim.ShortTempDir(t)
-	kubelet, err := kubeletsim.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kubelet.Stop()
+	kubelet := startKubeletT(t, dir)
 	rulesPath := filepath.Join(dir, "rules.yaml")
 	if err := os.WriteFile(rulesPath, serveRules(""), 0o644); err != nil {
 		t.Fatal(err)
