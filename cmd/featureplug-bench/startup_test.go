@@ -9,7 +9,7 @@ import (
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"github.com/featureplug/featureplug/rules"
 )
@@ -76,7 +76,7 @@ func startAgentOnce(b *testing.B, node, rulesName string, want int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := plugin.DefaultOptions()
+	opts := deviceplugin.DefaultOptions()
 	opts.KubeletDir = dir
 	a, err := agent.New(agent.Config{
 		NodeName:    node,

@@ -46,7 +46,7 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 )
 
 type options struct {
@@ -215,7 +215,7 @@ func newAgent(o options, base *rest.Config, i int, as *agentStatus, log *slog.Lo
 		}
 	}
 	serve := i < o.serve
-	popts := plugin.Options{}
+	popts := deviceplugin.Options{}
 	if serve {
 		popts.KubeletDir = o.kubeletRoot + "/" + as.Node
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/catalog"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -139,7 +139,7 @@ func checkInvariant(t *testing.T, file string) bool {
 			if total > plan.MaxDevicesPerNode {
 				t.Fatalf("on %s: %d device IDs, over the cap of %d\n%s", n.Name, total, plan.MaxDevicesPerNode, file)
 			}
-			m, err := plugin.NewManager(plugin.Options{KubeletDir: t.TempDir()})
+			m, err := deviceplugin.NewManager(deviceplugin.Options{KubeletDir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}

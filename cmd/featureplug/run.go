@@ -23,7 +23,7 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/labeler"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/plugin/mps"
@@ -120,19 +120,19 @@ the command line wins.`,
 	fs.StringVar(&f.featuresFile, "features-file", labeler.DefaultFeatureFile, "nfd-worker feature file for --publish file")
 	fs.DurationVar(&f.resyncInterval, "resync-interval", agent.DefaultResyncInterval, "republish period (writes happen only on change)")
 	fs.DurationVar(&f.rediscoverInterval, "rediscover-interval", agent.DefaultRediscoverInterval, "GPU re-discovery period (SIGHUP re-discovers at once)")
-	fs.StringVar(&f.kubeletDir, "kubelet-dir", plugin.DefaultKubeletDir, "kubelet device-plugin directory")
-	fs.StringSliceVar(&f.deviceList, "device-list-strategy", []string{string(plugin.DeviceListEnvVar)},
+	fs.StringVar(&f.kubeletDir, "kubelet-dir", deviceplugin.DefaultKubeletDir, "kubelet device-plugin directory")
+	fs.StringSliceVar(&f.deviceList, "device-list-strategy", []string{string(deviceplugin.DeviceListEnvVar)},
 		"how Allocate passes devices: envvar, volume-mounts, cdi-annotations, cdi-cri (comma list)")
-	fs.StringVar(&f.deviceID, "device-id-strategy", string(plugin.DeviceIDUUID), "how devices are named to the runtime: uuid or index")
-	fs.StringVar(&f.cdiKind, "cdi-kind", plugin.DefaultCDIKind, "CDI vendor/class of CDI device names")
-	fs.StringVar(&f.cdiPrefix, "cdi-annotation-prefix", plugin.DefaultCDIAnnotationPrefix, "prefix of CDI annotation keys")
+	fs.StringVar(&f.deviceID, "device-id-strategy", string(deviceplugin.DeviceIDUUID), "how devices are named to the runtime: uuid or index")
+	fs.StringVar(&f.cdiKind, "cdi-kind", deviceplugin.DefaultCDIKind, "CDI vendor/class of CDI device names")
+	fs.StringVar(&f.cdiPrefix, "cdi-annotation-prefix", deviceplugin.DefaultCDIAnnotationPrefix, "prefix of CDI annotation keys")
 	fs.StringVar(&f.cdiSpecDir, "cdi-spec-dir", cdi.DefaultSpecDir, "directory of the CDI spec written for the advertised devices with a cdi-* device-list strategy, and for the devices served through DRA (which needs it)")
 	fs.StringVar(&f.cdiHostDriverRoot, "cdi-host-driver-root", "", "where --driver-root is on the host, for the CDI spec's host paths (default: --driver-root; \"/\" when the host's root is mounted at --driver-root)")
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the CDI spec's hooks (default: /usr/bin/nvidia-cdi-hook)")
-	fs.StringVar(&f.replicaPolicy, "replica-policy", string(plugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
-	fs.DurationVar(&f.healthRecovery, "health-recovery", plugin.DefaultHealthRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
+	fs.StringVar(&f.replicaPolicy, "replica-policy", string(deviceplugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
+	fs.DurationVar(&f.healthRecovery, "health-recovery", deviceplugin.DefaultHealthRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", toUint(discovery.DefaultIgnoredXIDs()), "XIDs that never mark a device unhealthy")
-	fs.StringVar(&f.mpsRoot, "mps-root", plugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
+	fs.StringVar(&f.mpsRoot, "mps-root", deviceplugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
 	fs.DurationVar(&f.mpsCheckInterval, "mps-check-interval", mps.DefaultCheckInterval, "period of the MPS control daemons' liveness check")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
@@ -286,9 +286,9 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	strategies := make([]plugin.DeviceListStrategy, 0, len(f.deviceList))
+	strategies := make([]deviceplugin.DeviceListStrategy, 0, len(f.deviceList))
 	for _, s := range f.deviceList {
-		strategies = append(strategies, plugin.DeviceListStrategy(s))
+		strategies = append(strategies, deviceplugin.DeviceListStrategy(s))
 	}
 	ignored := make([]uint64, len(f.ignoredXIDs))
 	for i, x := range f.ignoredXIDs {
@@ -334,13 +334,13 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		RediscoverInterval: f.rediscoverInterval,
 		Rediscover:         rediscover,
 		Kube:               kubeClient,
-		Plugin: plugin.Options{
+		Plugin: deviceplugin.Options{
 			KubeletDir:           f.kubeletDir,
 			DeviceListStrategies: strategies,
-			DeviceIDStrategy:     plugin.DeviceIDStrategy(f.deviceID),
+			DeviceIDStrategy:     deviceplugin.DeviceIDStrategy(f.deviceID),
 			CDIKind:              f.cdiKind,
 			CDIAnnotationPrefix:  f.cdiPrefix,
-			ReplicaPolicy:        plugin.ReplicaPolicy(f.replicaPolicy),
+			ReplicaPolicy:        deviceplugin.ReplicaPolicy(f.replicaPolicy),
 			HealthRecovery:       f.healthRecovery,
 			MPSRoot:              f.mpsRoot,
 			StateDir:             stateDir,

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/featureplug/featureplug/plugin/statefile"
+	"github.com/featureplug/featureplug/discovery/statedir"
 )
 
 // CheckpointFile is the name of the prepared-claims checkpoint in the
@@ -178,5 +178,5 @@ func (c *checkpoint) write(claims map[string]PreparedClaim) error {
 		return fmt.Errorf("encoding %s: %w", c.path, err)
 	}
 	data = append(data, '\n')
-	return statefile.Write(c.path, data)
+	return statedir.WriteFile(c.path, data)
 }

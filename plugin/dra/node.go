@@ -20,7 +20,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/featureplug/featureplug/plugin/fswatch"
+	"github.com/featureplug/featureplug/discovery/fswatch"
 )
 
 // Host paths of the kubelet side of the driver.

@@ -31,7 +31,7 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/kube"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/labeler"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -100,7 +100,7 @@ type Config struct {
 	Kube kube.Interface
 	// Plugin configures the device-plugin servers. Its Logger and
 	// Registerer are set by the agent.
-	Plugin plugin.Options
+	Plugin deviceplugin.Options
 	// MPS configures the MPS control daemons of MPS-shared resources. Its
 	// Logger, Registerer and OnChange are set by the agent.
 	MPS mps.Options
@@ -163,7 +163,7 @@ type Agent struct {
 	log      *slog.Logger
 	registry *prometheus.Registry
 	metrics  *metrics
-	manager  *plugin.Manager
+	manager  *deviceplugin.Manager
 	pub      labeler.Publisher
 	events   *eventRecorder
 	health   chan discovery.HealthEvent
@@ -266,7 +266,7 @@ func New(cfg Config) (*Agent, error) {
 			s.healthChanged()
 		}
 	}
-	if a.manager, err = plugin.NewManager(popts); err != nil {
+	if a.manager, err = deviceplugin.NewManager(popts); err != nil {
 		return nil, err
 	}
 	a.plugins.manager = a.manager

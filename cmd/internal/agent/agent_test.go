@@ -11,7 +11,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 )
 
 // noEventsLib is an NVML whose event sets cannot be created, so the health
@@ -39,7 +39,7 @@ func TestHealthzFailsWhenTheHealthWatcherStops(t *testing.T) {
 	dir := kubeletsim.ShortTempDir(t)
 	a, err := New(Config{
 		NodeName: "unit", Source: noEventsSource{src}, Rules: "none", RulesEngine: testRulesEngine(),
-		Plugin: plugin.Options{KubeletDir: dir},
+		Plugin: deviceplugin.Options{KubeletDir: dir},
 	})
 	if err != nil {
 		t.Fatal(err)

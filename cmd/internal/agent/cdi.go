@@ -12,7 +12,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -78,9 +78,9 @@ var (
 )
 
 // cdiEnabled reports whether Allocate returns CDI names.
-func cdiEnabled(o plugin.Options) bool {
-	return slices.Contains(o.DeviceListStrategies, plugin.DeviceListCDIAnnotations) ||
-		slices.Contains(o.DeviceListStrategies, plugin.DeviceListCDICRI)
+func cdiEnabled(o deviceplugin.Options) bool {
+	return slices.Contains(o.DeviceListStrategies, deviceplugin.DeviceListCDIAnnotations) ||
+		slices.Contains(o.DeviceListStrategies, deviceplugin.DeviceListCDICRI)
 }
 
 // addCDISink puts the CDI spec sink first in a.sinks when a CDI
@@ -113,11 +113,11 @@ func (a *Agent) addCDISink() error {
 func (a *Agent) newCDISink() (*cdiSink, error) {
 	kind := a.cfg.Plugin.CDIKind
 	if kind == "" {
-		kind = plugin.DefaultCDIKind
+		kind = deviceplugin.DefaultCDIKind
 	}
 	log := a.log.With("component", "cdi")
 	s := &cdiSink{
-		opts: cdi.Options{Kind: kind, ByIndex: a.cfg.Plugin.DeviceIDStrategy == plugin.DeviceIDIndex,
+		opts: cdi.Options{Kind: kind, ByIndex: a.cfg.Plugin.DeviceIDStrategy == deviceplugin.DeviceIDIndex,
 			DeviceEdits: a.mpsCDIEdits()}, // the MPS client settings of DRA devices: mps.go
 		writer:  cdi.Writer{Dir: a.cfg.CDI.SpecDir},
 		log:     log,

@@ -15,7 +15,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -237,7 +237,7 @@ func TestCDIEnabledOnlyWithCDIStrategies(t *testing.T) {
 		cfg := Config{Source: src, NodeName: "n", RulesEngine: testRulesEngine(), CDI: CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()}}
 		cfg.Plugin.KubeletDir = t.TempDir()
 		for _, s := range tt.strategies {
-			cfg.Plugin.DeviceListStrategies = append(cfg.Plugin.DeviceListStrategies, plugin.DeviceListStrategy(s))
+			cfg.Plugin.DeviceListStrategies = append(cfg.Plugin.DeviceListStrategies, deviceplugin.DeviceListStrategy(s))
 		}
 		a, err := New(cfg)
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/plugin/mps"
@@ -52,7 +52,7 @@ type draSink struct {
 	// spec for DRA devices (nil: it has).
 	specDir string
 	cdiErr  error
-	manager *plugin.Manager
+	manager *deviceplugin.Manager
 	// mps runs the MPS control daemons (nil: none); an MPS resource's
 	// devices are published only while its daemon is up, and
 	// mpsUnavailable says which are not (mps.go).
@@ -143,11 +143,11 @@ func (a *Agent) addDRASink() error {
 	}
 	kind := a.cfg.Plugin.CDIKind
 	if kind == "" {
-		kind = plugin.DefaultCDIKind
+		kind = deviceplugin.DefaultCDIKind
 	}
 	s := &draSink{
 		def:     def,
-		cdi:     cdi.Options{Kind: kind, ByIndex: a.cfg.Plugin.DeviceIDStrategy == plugin.DeviceIDIndex},
+		cdi:     cdi.Options{Kind: kind, ByIndex: a.cfg.Plugin.DeviceIDStrategy == deviceplugin.DeviceIDIndex},
 		specDir: a.cfg.CDI.SpecDir,
 		manager: a.manager,
 		log:     a.log.With("component", "dra"),
@@ -294,7 +294,7 @@ func (s *draSink) publish(b dra.Build) {
 }
 
 // healthChanged rebuilds the slice of the last plan with the new health
-// (plugin.Options.OnHealthChange).
+// (deviceplugin.Options.OnHealthChange).
 func (s *draSink) healthChanged() { s.rebuild("a health change") }
 
 // rebuild rebuilds the slice of the last plan with the current health and

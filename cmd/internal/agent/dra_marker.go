@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/featureplug/featureplug/plugin/statefile"
+	"github.com/featureplug/featureplug/discovery/statedir"
 )
 
 // sliceMarkerFile is the state directory's record that the node may have
@@ -58,7 +58,7 @@ func (m *sliceMarker) offer(nonEmpty bool, do func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if nonEmpty && m.path != "" && !m.exists() {
-		if err := statefile.Write(m.path, []byte("a ResourceSlice of gpu.featureplug.io may exist for this node\n")); err != nil {
+		if err := statedir.WriteFile(m.path, []byte("a ResourceSlice of gpu.featureplug.io may exist for this node\n")); err != nil {
 			m.log.Warn("cannot record that the node has a ResourceSlice; a restart with no DRA resource would leave it in place", "err", err)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery/draattr"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -64,7 +64,7 @@ func draMPSStart(t *testing.T, e *draTestEnv, root string, records kubeRecords) 
 	a, err := New(Config{
 		NodeName: "n", Source: e.src, Rules: e.rules, RulesEngine: testRulesEngine(),
 		Kube:   kubeclientset.New(e.kube, nil),
-		Plugin: plugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet"), StateDir: e.stateDir, HealthRecovery: time.Hour},
+		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet"), StateDir: e.stateDir, HealthRecovery: time.Hour},
 		MPS: mps.Options{Root: root, ControlBinary: bin, CheckInterval: 20 * time.Millisecond, CommandTimeout: 5 * time.Second,
 			Backoff: mps.Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond}},
 		CDI:                CDIConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},

@@ -24,7 +24,7 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -96,7 +96,7 @@ func (e *draNodeEnv) start(t *testing.T) (*Agent, kubeRecords, func()) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: e.rules, RulesEngine: testRulesEngine(),
 		Kube:               kubeclientset.New(e.kube, nil),
-		Plugin:             plugin.Options{KubeletDir: filepath.Join(e.dir, "dp"), StateDir: e.stateDir},
+		Plugin:             deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "dp"), StateDir: e.stateDir},
 		CDI:                CDIConfig{SpecDir: filepath.Join(e.dir, "cdi"), DriverRoot: t.TempDir()},
 		DRARegistryDir:     e.regDir,
 		DRAPluginDir:       e.plugDir,

@@ -20,7 +20,7 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -79,7 +79,7 @@ func (e *draTestEnv) start(t *testing.T, records kubeRecords) (*Agent, func()) {
 	a, err := New(Config{
 		NodeName: "n", Source: e.src, Rules: e.rules, RulesEngine: testRulesEngine(),
 		Kube:               kubeclientset.New(e.kube, nil),
-		Plugin:             plugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet"), StateDir: e.stateDir, HealthRecovery: time.Hour},
+		Plugin:             deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet"), StateDir: e.stateDir, HealthRecovery: time.Hour},
 		CDI:                CDIConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},
 		DRARegistryDir:     filepath.Join(e.dir, "plugins_registry"),
 		DRAPluginDir:       filepath.Join(e.dir, "plugins", dra.DriverName),
@@ -255,7 +255,7 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), CDI: CDIConfig{SpecDir: tt.spec, DriverRoot: t.TempDir()},
-				Plugin: plugin.Options{KubeletDir: t.TempDir()}, DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)}
+				Plugin: deviceplugin.Options{KubeletDir: t.TempDir()}, DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)}
 			if tt.kube {
 				cfg.Kube = kube
 			}
@@ -302,7 +302,7 @@ func TestServeDRAStartupErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tt.cfg
 			cfg.NodeName, cfg.Source, cfg.RulesEngine, cfg.DefaultServe = "n", src, testRulesEngine(), plan.ServeDRA
-			cfg.Plugin = plugin.Options{KubeletDir: t.TempDir()}
+			cfg.Plugin = deviceplugin.Options{KubeletDir: t.TempDir()}
 			_, err := New(cfg)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("New: %v, want %q", err, tt.want)
@@ -311,7 +311,7 @@ func TestServeDRAStartupErrors(t *testing.T) {
 	}
 	// With both, it starts.
 	_, err = New(Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA, Kube: kube,
-		CDI: CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()}, Plugin: plugin.Options{KubeletDir: t.TempDir()},
+		CDI: CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()}, Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("New with an API server and a CDI spec directory: %v", err)

@@ -14,7 +14,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -85,7 +85,7 @@ func TestResourcesChangedEvent(t *testing.T) {
 	defer w.Stop()
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
-		Plugin:             plugin.Options{KubeletDir: t.TempDir()},
+		Plugin:             deviceplugin.Options{KubeletDir: t.TempDir()},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
 		FileCheckInterval:  50 * time.Millisecond,

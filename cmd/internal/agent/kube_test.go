@@ -17,7 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 )
 
 // kubeRecords is a slog handler that hands every record's message and
@@ -102,7 +102,7 @@ rules:
 	records := make(kubeRecords, 1000)
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
-		Plugin: plugin.Options{KubeletDir: t.TempDir()},
+		Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		// Rediscovery never comes: only the watch can bring the label.
 		RediscoverInterval: time.Hour,
 		Logger:             slog.New(records),

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 )
 
@@ -28,7 +28,7 @@ func TestAfterStartupOnceRegistered(t *testing.T) {
 	var a *Agent
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
-		Plugin:              plugin.Options{KubeletDir: dir},
+		Plugin:              deviceplugin.Options{KubeletDir: dir},
 		RediscoverInterval:  time.Hour,
 		Logger:              slog.New(records),
 		ReleaseStartupPages: true,

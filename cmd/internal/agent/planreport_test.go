@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/rules"
 )
 
@@ -48,7 +48,7 @@ func TestPlanReport(t *testing.T) {
 	defer src.Close()
 	var logs bytes.Buffer
 	a, err := New(Config{
-		NodeName: "n", Source: src, Plugin: plugin.Options{KubeletDir: t.TempDir()},
+		NodeName: "n", Source: src, Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		RulesEngine: testRulesEngine(),
 		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
 	})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 )
 
@@ -25,7 +25,7 @@ func TestPublishHeldUntilRegistered(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
 		Publish: PublishFile, FeaturesFile: features,
-		Plugin:             plugin.Options{KubeletDir: dir},
+		Plugin:             deviceplugin.Options{KubeletDir: dir},
 		RediscoverInterval: time.Hour,
 		PublishHold:        time.Hour,
 		Logger:             slog.New(records),

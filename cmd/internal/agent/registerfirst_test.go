@@ -11,7 +11,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 )
 
 // TestRegisterFirst: with rules that select on no node label, the first
@@ -40,7 +40,7 @@ func TestRegisterFirst(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
 		Kube:               kubeclientset.New(kube, nil),
-		Plugin:             plugin.Options{KubeletDir: t.TempDir()},
+		Plugin:             deviceplugin.Options{KubeletDir: t.TempDir()},
 		RediscoverInterval: time.Hour,
 		Logger:             slog.New(records),
 	})

@@ -16,7 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -45,7 +45,7 @@ rules:
 }
 
 // serveWaitReady waits until the agent's device plugins are all
-// registered with the kubelet (plugin.Manager.Ready: every resource of
+// registered with the kubelet (deviceplugin.Manager.Ready: every resource of
 // the plan it serves has registered). Registration ends in the plugin's
 // process after the kubelet's answer, so this polls.
 func serveWaitReady(t *testing.T, a *Agent) {
@@ -91,7 +91,7 @@ func TestServeSplitsResourcesByAPI(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(),
 		Kube:               kubeclientset.New(kube, nil),
-		Plugin:             plugin.Options{KubeletDir: kubeletDir},
+		Plugin:             deviceplugin.Options{KubeletDir: kubeletDir},
 		CDI:                CDIConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
@@ -181,7 +181,7 @@ func TestServeRefusesDRAItCannotServe(t *testing.T) {
 	records := make(kubeRecords, 4096)
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(),
-		Plugin:             plugin.Options{KubeletDir: dir},
+		Plugin:             deviceplugin.Options{KubeletDir: dir},
 		CDI:                CDIConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
@@ -257,7 +257,7 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA,
 		Kube:   kubeclientset.New(kubefake.NewClientset(), nil),
-		Plugin: plugin.Options{KubeletDir: t.TempDir()},
+		Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		CDI:    CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})

@@ -11,7 +11,7 @@ import (
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/labeler"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -105,11 +105,11 @@ func (a *Agent) healthToSinks(ev discovery.HealthEvent) {
 }
 
 // devicePluginSink serves a plan through the kubelet's device-plugin API:
-// one server per resource (plugin.Manager), with the MPS control daemons
+// one server per resource (deviceplugin.Manager), with the MPS control daemons
 // that MPS-shared resources need. An MPS resource is advertised only while
 // its daemon is up (see mps.go).
 type devicePluginSink struct {
-	manager *plugin.Manager
+	manager *deviceplugin.Manager
 	mps     *mps.Supervisor
 	metrics *metrics
 	log     *slog.Logger

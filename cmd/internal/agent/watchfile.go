@@ -16,7 +16,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/utils/clock"
 
-	"github.com/featureplug/featureplug/plugin/fswatch"
+	"github.com/featureplug/featureplug/discovery/fswatch"
 )
 
 // Defaults of the file watcher.

@@ -1,7 +1,7 @@
-// Package statefile writes the files of the agent's state directory
+// Package statedir writes the files of the agent's state directory
 // (unhealthy devices, prepared DRA claims): state that must survive a
 // restart or a crash whole.
-package statefile
+package statedir
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // written and synced, then renamed over path, and the directory is synced,
 // so that a crash leaves the old or the new file, never a mix. Errors name
 // the file.
-func Write(path string, data []byte) error {
+func WriteFile(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating state directory %s: %w", dir, err)

@@ -1,4 +1,4 @@
-package plugin
+package deviceplugin
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/plugin/fswatch"
+	"github.com/featureplug/featureplug/discovery/fswatch"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 

@@ -61,4 +61,4 @@
 // Allocation uses only data computed when the Plan was applied: the link
 // matrix scores are precomputed per resource, so GetPreferredAllocation and
 // Allocate never touch NVML.
-package plugin
+package deviceplugin

@@ -1,4 +1,4 @@
-package plugin
+package deviceplugin
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/plugin/statefile"
+	"github.com/featureplug/featureplug/discovery/statedir"
 )
 
 // HealthStateFile is the name of the health state file in Options.StateDir.
@@ -126,5 +126,5 @@ func (s *healthStore) write(recs []healthRecord) error {
 		return fmt.Errorf("encoding %s: %w", s.path, err)
 	}
 	data = append(data, '\n')
-	return statefile.Write(s.path, data)
+	return statedir.WriteFile(s.path, data)
 }
