@@ -9,6 +9,7 @@ import (
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
+	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"github.com/featureplug/featureplug/rules"
@@ -33,7 +34,7 @@ func BenchmarkAgentStartup(b *testing.B) {
 
 // plannedResources returns how many resources the rules make of node.
 func plannedResources(b *testing.B, node, rulesName string) int {
-	src, err := agent.OpenFake(node)
+	src, err := gpusource.OpenFake(node)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func startAgentOnce(b *testing.B, node, rulesName string, want int) {
 	done := make(chan error, 1)
 	b.StartTimer()
 
-	src, err := agent.OpenFake(node)
+	src, err := gpusource.OpenFake(node)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
@@ -22,10 +21,12 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/kube"
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
+	"github.com/featureplug/featureplug/plugin/health"
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -36,8 +37,8 @@ const envPrefix = "FEATUREPLUG_"
 // defaultStateDir is --state-dir's default, a hostPath the manifests mount.
 const defaultStateDir = "/var/lib/featureplug"
 
-// noInotifyEnv, set to 1, makes every file watch of the agent fail to get
-// an inotify instance, as on a node whose fs.inotify.max_user_instances is
+// noInotifyEnv, set to 1, makes the agent's file watcher run without an
+// inotify instance, as on a node whose fs.inotify.max_user_instances is
 // exhausted. It is a test hook: the fault tests use it to check that the
 // agent carries on with its periodic file checks.
 const noInotifyEnv = "FEATUREPLUG_TEST_NO_INOTIFY"
@@ -77,11 +78,11 @@ type runFlags struct {
 	logLevel           string
 	owner              string // owner.go
 	timestampLabel     bool
-	serve              string // the kubelet API of resources whose rules do not say (issue 20)
+	serve              string // the kubelet API of resources whose rules do not say
 	draRegistryDir     string // the kubelet's plugin registry directory (DRA registration socket)
 	draPluginDir       string // the DRA driver's socket directory
 
-	// releaseStartupPages: agent.Config.ReleaseStartupPages (issue 17).
+	// releaseStartupPages: agent.Config.ReleaseStartupPages.
 	releaseStartupPages bool
 }
 
@@ -130,7 +131,7 @@ the command line wins.`,
 	fs.StringVar(&f.cdiHostDriverRoot, "cdi-host-driver-root", "", "where --driver-root is on the host, for the CDI spec's host paths (default: --driver-root; \"/\" when the host's root is mounted at --driver-root)")
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the CDI spec's hooks (default: /usr/bin/nvidia-cdi-hook)")
 	fs.StringVar(&f.replicaPolicy, "replica-policy", string(deviceplugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
-	fs.DurationVar(&f.healthRecovery, "health-recovery", deviceplugin.DefaultHealthRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
+	fs.DurationVar(&f.healthRecovery, "health-recovery", health.DefaultRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", toUint(discovery.DefaultIgnoredXIDs()), "XIDs that never mark a device unhealthy")
 	fs.StringVar(&f.mpsRoot, "mps-root", deviceplugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
@@ -140,10 +141,10 @@ the command line wins.`,
 	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket "+dra.RegistrationSocketName+" goes")
 	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket "+dra.PluginSocketName+", which the kubelet calls to prepare claims")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir, "host directory for state that must survive a restart (unhealthy devices); created 0700 at start; empty disables persistence")
-	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the backstop check (stat and content hash) of the rules file and the feature file, which catches what file events miss")
+	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the file watcher's check (stat, and a content hash for files) of every watched file and directory (rules file, feature file, CDI spec, kubelet directories), which catches what inotify misses")
 	fs.DurationVar(&f.fileSettle, "file-settle", agent.DefaultFileSettle, "how long a changed rules file must stay unchanged before it is applied")
 	fs.DurationVar(&f.livenessTimeout, "liveness-timeout", agent.DefaultLivenessTimeout, "/healthz fails when the agent loop has made no progress for this long")
-	fs.StringVar(&f.owner, "owner", string(agent.OwnerDaemonSet), "what owns the NodeFeature, whose deletion removes it and its labels: daemonset (the agent's Pod and DaemonSet, from $POD_NAME: uninstalling removes it), pod, or node (it outlives featureplug)")
+	fs.StringVar(&f.owner, "owner", string(kube.OwnerDaemonSet), "what owns the NodeFeature, whose deletion removes it and its labels: daemonset (the agent's Pod and DaemonSet, from $POD_NAME: uninstalling removes it), pod, or node (it outlives featureplug)")
 	fs.BoolVar(&f.timestampLabel, "timestamp-label", false, "publish nvidia.com/gfd.timestamp as gpu-feature-discovery does; it changes at every resync, so every resync writes the NodeFeature")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -271,13 +272,13 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		return err
 	}
 	defer src.Close()
-	if fake, ok := src.(*agent.FakeSource); ok && f.nodeName == "" {
+	if fake, ok := src.(*gpusource.Fake); ok && f.nodeName == "" {
 		f.nodeName = fake.Name()
 	}
 	// The machine type (nvidia.com/gpu.machine) comes from the host's DMI
 	// product name; a fake node has none.
 	var machine string
-	if _, fake := src.(*agent.FakeSource); !fake {
+	if _, fake := src.(*gpusource.Fake); !fake {
 		if machine, err = labeler.MachineType(labeler.DefaultMachineTypeFile); err != nil {
 			log.Debug("no machine type label", "err", err)
 		}
@@ -286,15 +287,6 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	strategies := make([]deviceplugin.DeviceListStrategy, 0, len(f.deviceList))
-	for _, s := range f.deviceList {
-		strategies = append(strategies, deviceplugin.DeviceListStrategy(s))
-	}
-	ignored := make([]uint64, len(f.ignoredXIDs))
-	for i, x := range f.ignoredXIDs {
-		ignored[i] = uint64(x)
-	}
-
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -307,17 +299,31 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			}
 		}
 	}()
-
-	var newFileWatcher func() (*fsnotify.Watcher, error)
-	if os.Getenv(noInotifyEnv) == "1" {
-		newFileWatcher = func() (*fsnotify.Watcher, error) {
-			return nil, fmt.Errorf("couldn't initialize inotify: %w (%s=1)", syscall.EMFILE, noInotifyEnv)
-		}
+	cfg := f.agentConfig(src, kubeClient, machine, log)
+	cfg.Rediscover, cfg.Stdout, cfg.AfterStartup = rediscover, cmd.OutOrStdout(), afterStartup
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
 	}
-	stateDir := prepareStateDir(f.stateDir, log)
-	owner := f.ownerConfig(kubeClient)
+	log.Info("featureplug starting", "version", version, "node", f.nodeName, "publish", f.publish,
+		"rules", orDefault(f.rules, "none (builtin)"), "kubeletDir", f.kubeletDir, "pid", strconv.Itoa(os.Getpid()))
+	err = a.Run(cmd.Context())
+	log.Info("featureplug stopped")
+	return err
+}
 
-	a, err := agent.New(agent.Config{
+// agentConfig is the agent's configuration from the flags, for the GPU
+// source src and the API client kubeClient (nil without one).
+func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, machine string, log *slog.Logger) agent.Config {
+	strategies := make([]deviceplugin.DeviceListStrategy, 0, len(f.deviceList))
+	for _, s := range f.deviceList {
+		strategies = append(strategies, deviceplugin.DeviceListStrategy(s))
+	}
+	ignored := make([]uint64, len(f.ignoredXIDs))
+	for i, x := range f.ignoredXIDs {
+		ignored[i] = uint64(x)
+	}
+	return agent.Config{
 		NodeName:           f.nodeName,
 		Namespace:          f.namespace,
 		Source:             src,
@@ -329,10 +335,9 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		FeaturesFile:       f.featuresFile,
 		Labels:             labeler.LabelOptions{Machine: machine},
 		TimestampLabel:     f.timestampLabel,
-		Owner:              owner,
+		Owner:              f.ownerConfig(kubeClient),
 		ResyncInterval:     f.resyncInterval,
 		RediscoverInterval: f.rediscoverInterval,
-		Rediscover:         rediscover,
 		Kube:               kubeClient,
 		Plugin: deviceplugin.Options{
 			KubeletDir:           f.kubeletDir,
@@ -341,9 +346,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			CDIKind:              f.cdiKind,
 			CDIAnnotationPrefix:  f.cdiPrefix,
 			ReplicaPolicy:        deviceplugin.ReplicaPolicy(f.replicaPolicy),
-			HealthRecovery:       f.healthRecovery,
 			MPSRoot:              f.mpsRoot,
-			StateDir:             stateDir,
 		},
 		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
 		DRARegistryDir:    f.draRegistryDir,
@@ -352,24 +355,16 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
 		FileCheckInterval: f.fileCheckInterval,
 		FileSettle:        f.fileSettle,
-		NewFileWatcher:    newFileWatcher,
+		NoInotify:         os.Getenv(noInotifyEnv) == "1",
+		HealthRecovery:    f.healthRecovery,
+		StateDir:          prepareStateDir(f.stateDir, log),
 		LivenessTimeout:   f.livenessTimeout,
 		MetricsAddr:       f.metricsAddr,
-		Stdout:            cmd.OutOrStdout(),
 		Logger:            log,
 
 		ReleaseStartupPages: f.releaseStartupPages,
 		PublishHold:         agent.DefaultPublishHold,
-		AfterStartup:        afterStartup,
-	})
-	if err != nil {
-		return err
 	}
-	log.Info("featureplug starting", "version", version, "node", f.nodeName, "publish", f.publish,
-		"rules", orDefault(f.rules, "none (builtin)"), "kubeletDir", f.kubeletDir, "pid", strconv.Itoa(os.Getpid()))
-	err = a.Run(cmd.Context())
-	log.Info("featureplug stopped")
-	return err
 }
 
 // prepareStateDir creates the state directory (0700) and returns it, or

@@ -12,7 +12,7 @@ import (
 func TestWriteReplacesWholeAndLeavesNoTemp(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state", "dra-claims.json")
 	for _, data := range []string{"first\n", "second, longer\n", "3\n"} {
-		if err := WriteFile(path, []byte(data)); err != nil {
+		if err := WriteFile(path, []byte(data), Private, nil); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(path)
@@ -39,7 +39,7 @@ func TestWriteNamesTheFile(t *testing.T) {
 	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := WriteFile(filepath.Join(blocker, "health.json"), []byte("{}"))
+	err := WriteFile(filepath.Join(blocker, HealthFile), []byte("{}"), Private, nil)
 	if err == nil || !strings.Contains(err.Error(), blocker) {
 		t.Fatalf("err = %v, want one naming %s", err, blocker)
 	}

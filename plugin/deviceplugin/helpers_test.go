@@ -3,15 +3,18 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
-	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/fswatch"
+	"github.com/featureplug/featureplug/discovery/statedir"
+	"github.com/featureplug/featureplug/plugin/health"
+	"github.com/featureplug/featureplug/plugin/health/healthtest"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -79,44 +82,39 @@ func h100Plan(name string) *plan.Plan {
 	}
 }
 
-// fakeClock is k8s.io/utils/clock/testing's FakeClock with one change:
-// Advance runs the AfterFunc callbacks that came due in the caller's
-// goroutine after the clock's lock is released (FakeClock.Step calls them
-// with its lock held, so a callback that reads the clock would deadlock),
-// so a test sees their effects as soon as Advance returns.
-type fakeClock struct {
-	*testingclock.FakeClock
+// newFakeClock is the clock of the health tests.
+func newFakeClock() *healthtest.Clock { return healthtest.NewClock() }
 
-	mu  sync.Mutex
-	due []func()
-}
-
-var _ clock.WithDelayedExecution = (*fakeClock)(nil)
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{FakeClock: testingclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
-}
-
-// AfterFunc queues f to run in Advance once d has passed.
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	return c.FakeClock.AfterFunc(d, func() {
-		c.mu.Lock()
-		c.due = append(c.due, f)
-		c.mu.Unlock()
-	})
-}
-
-// Advance moves the clock and runs, in the caller's goroutine, the
-// functions that came due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.Step(d)
-	c.mu.Lock()
-	due := c.due
-	c.due = nil
-	c.mu.Unlock()
-	for _, f := range due {
-		f()
+// withHealth gives opts a health tracker on clk (nil: the real clock) that
+// recovers after recovery and keeps its records in stateDir ("": none),
+// with its metrics on reg (nil: none), and returns it.
+func withHealth(t testing.TB, opts *Options, clk clock.WithDelayedExecution, recovery time.Duration, stateDir string, reg prometheus.Registerer) *health.Tracker {
+	t.Helper()
+	tr, err := health.New(health.Options{Recovery: recovery, StateDir: statedir.Dir(stateDir), Clock: clk, Logger: opts.Logger, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(tr.Close)
+	opts.Health = tr
+	return tr
+}
+
+// runWatcher runs a file watcher with o until the test ends, for a
+// manager given it in Options.Watcher.
+func runWatcher(t testing.TB, o fswatch.Options) *fswatch.Watcher {
+	t.Helper()
+	w := fswatch.New(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return w
 }
 
 // env is a running manager and simulated kubelet over one directory.

@@ -2,18 +2,19 @@ package deviceplugin
 
 import (
 	"fmt"
-	"os"
 	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/featureplug/featureplug/discovery/fswatch"
 )
 
 // kubeletConn is the one gRPC connection to the kubelet's registration
 // socket that every server's registrations share. A node with four
 // resources registers four times at start and after every kubelet
 // restart; one connection makes that one dial and one HTTP/2 handshake
-// instead of four (issue 17: start-up and re-registration time).
+// instead of four.
 //
 // The connection belongs to one kubelet.sock file: a registration that
 // finds another file there (the kubelet restarted) gets a new connection.
@@ -24,16 +25,17 @@ import (
 type kubeletConn struct {
 	mu   sync.Mutex
 	conn *grpc.ClientConn
-	// stat is the kubelet.sock file conn was made for.
-	stat os.FileInfo
+	// id is the kubelet.sock file conn was made for.
+	id fswatch.ID
 }
 
-// get returns the connection to the kubelet.sock at path, which was st
-// when the caller looked, making it when there is none for that file.
-func (k *kubeletConn) get(path string, st os.FileInfo) (*grpc.ClientConn, error) {
+// get returns the connection to the kubelet.sock at path, which was the
+// file id when the caller looked, making it when there is none for that
+// file.
+func (k *kubeletConn) get(path string, id fswatch.ID) (*grpc.ClientConn, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.conn != nil && sameFileTime(st, k.stat) {
+	if k.conn != nil && id == k.id {
 		return k.conn, nil
 	}
 	k.closeLocked()
@@ -41,7 +43,7 @@ func (k *kubeletConn) get(path string, st os.FileInfo) (*grpc.ClientConn, error)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", path, err)
 	}
-	k.conn, k.stat = conn, st
+	k.conn, k.id = conn, id
 	return conn, nil
 }
 
@@ -66,5 +68,5 @@ func (k *kubeletConn) closeLocked() {
 	if k.conn != nil {
 		_ = k.conn.Close()
 	}
-	k.conn, k.stat = nil, nil
+	k.conn, k.id = nil, fswatch.ID{}
 }

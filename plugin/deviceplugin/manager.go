@@ -10,45 +10,42 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
-	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fswatch"
+	"github.com/featureplug/featureplug/plugin/health"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // resyncInterval is how often Run checks, besides watching, that every
-// server's socket exists, every resource of the plan is served and every
-// server is registered: a safety net for missed file-system events.
+// resource of the plan is served and every server is registered: a safety
+// net for servers that failed to start and registrations that gave up.
 const resyncInterval = 30 * time.Second
 
 // Manager runs one device-plugin server per resource of the current Plan.
-// Create it with NewManager, hand it Plans with Apply and health events with
-// Health, and run it with Run. All methods are safe for concurrent use.
+// Create it with NewManager, hand it Plans with Apply, and run it with
+// Run. Device health comes from its health tracker (Options.Health). All
+// methods are safe for concurrent use.
 type Manager struct {
 	opts    Options
 	deps    serverDeps
 	metrics *metrics
-	health  *healthTracker
-	events  *eventLog
+	health  *health.Tracker
 	kubelet string
-	// newWatcher creates the file-system watcher; tests replace it.
-	newWatcher func() (*fsnotify.Watcher, error)
+	// watcher is the file watcher Run watches the directory with; own
+	// says whether the manager made it (and runs it).
+	watcher *fswatch.Watcher
+	own     bool
+	// ownHealth says whether the manager made its health tracker (and
+	// closes it).
+	ownHealth bool
 
 	mu       sync.Mutex
 	state    managerState
 	plan     *plan.Plan
 	servers  map[string]*server // by resource name
 	bySocket map[string]*server
-	// watch is the directory watch; dirPresent whether the device-plugin
-	// directory was there at the last look; kubeletSeen is kubelet.sock
-	// as the backstop last saw it (nil: missing).
-	watch       dirWatch
-	dirPresent  bool
-	kubeletSeen os.FileInfo
-	// watchFailed is set while no watch could be added (the backstop
-	// alone notices changes).
-	watchFailed bool
+	// dirSeen is the device-plugin directory and kubeletSeen kubelet.sock
+	// as the last check saw them (zero: missing).
+	dirSeen, kubeletSeen fswatch.ID
 
 	// readyMu guards readyCh, which is closed (and replaced) whenever
 	// Ready may have become true: a registration accepted, a plan
@@ -78,21 +75,27 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		opts:       o,
-		metrics:    met,
-		kubelet:    filepath.Join(o.KubeletDir, KubeletSocket),
-		newWatcher: fsnotify.NewWatcher,
-		servers:    map[string]*server{},
-		bySocket:   map[string]*server{},
+		opts:     o,
+		metrics:  met,
+		health:   o.Health,
+		kubelet:  filepath.Join(o.KubeletDir, KubeletSocket),
+		watcher:  o.Watcher,
+		servers:  map[string]*server{},
+		bySocket: map[string]*server{},
+	}
+	if m.health == nil {
+		m.health, err = health.New(health.Options{Recovery: health.DefaultRecovery, Clock: o.Clock, Logger: o.Logger, Registerer: o.Registerer})
+		if err != nil {
+			return nil, err
+		}
+		m.ownHealth = true
+	}
+	if m.watcher == nil {
+		m.watcher, m.own = fswatch.New(fswatch.Options{Logger: o.Logger}), true
 	}
 	m.readyCh = make(chan struct{})
 	m.deps = serverDeps{opts: &m.opts, log: o.Logger, metrics: met, kubelet: &kubeletConn{}, registered: m.readinessMayChange}
-	m.events = newEventLog(o.Clock, healthLogInterval, o.Logger)
-	m.health = newHealthTracker(o.Clock, o.HealthRecovery, newHealthStore(o.StateDir), o.Logger, met, func(keys []string) {
-		o.Logger.Info("devices recovered after a quiet period", "devices", keys, "quietPeriod", o.HealthRecovery)
-		m.refreshHealth()
-		m.healthChanged()
-	})
+	m.health.Subscribe(m.refreshHealth)
 	return m, nil
 }
 
@@ -166,7 +169,7 @@ func (m *Manager) applyLocked() error {
 			m.metrics.forget(name)
 		}
 	}
-	health := m.health.unhealthyFunc()
+	health := m.health.Func()
 	var errs []error
 	for _, r := range m.plan.Resources {
 		if s, ok := m.servers[r.Name]; ok {
@@ -193,45 +196,11 @@ func (m *Manager) applyLocked() error {
 	return errors.Join(errs...)
 }
 
-// Health consumes one critical health event: the GPU's devices (with their
-// MIG devices and replicas) or the one MIG device (with its replicas) turn
-// Unhealthy on every resource, and Healthy again after the quiet period
-// without further events.
-func (m *Manager) Health(ev discovery.HealthEvent) {
-	if ev.GPUUUID == "" && ev.MIGUUID == "" {
-		m.opts.Logger.Warn("ignoring a health event that names no device", "kind", ev.Kind, "xid", ev.XID)
-		return
-	}
-	m.metrics.healthEvents.WithLabelValues(kindLabel(ev.Kind), xidLabel(ev.XID)).Inc()
-	newly := m.health.record(ev)
-	m.events.event(ev)
-	if newly {
-		m.refreshHealth()
-		m.healthChanged()
-	}
-}
-
-// WatchHealth feeds events from ch to Health until ctx is done or ch is
-// closed.
-func (m *Manager) WatchHealth(ctx context.Context, ch <-chan discovery.HealthEvent) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-ch:
-			if !ok {
-				return
-			}
-			m.Health(ev)
-		}
-	}
-}
-
 // refreshHealth recomputes every server's list with the current health.
 func (m *Manager) refreshHealth() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	health := m.health.unhealthyFunc()
+	health := m.health.Func()
 	for _, s := range m.servers {
 		s.setDevices(s.current().set, health)
 	}
@@ -256,8 +225,18 @@ func (m *Manager) Ready() bool {
 	if m.plan == nil || m.state != stateRunning {
 		return false
 	}
+	if len(m.plan.Resources) == 0 {
+		return true
+	}
+	// Registered with the kubelet that owns kubelet.sock now: one that
+	// re-made it in place (same inode) and has not heard of the servers
+	// yet is told apart by its change time, whatever noticed the restart.
+	kubelet, ok := fswatch.Identify(m.kubelet)
+	if !ok {
+		return false
+	}
 	for _, r := range m.plan.Resources {
-		if s := m.servers[r.Name]; s == nil || !s.isRegistered() {
+		if s := m.servers[r.Name]; s == nil || !s.registeredWith(kubelet) {
 			return false
 		}
 	}
@@ -267,8 +246,8 @@ func (m *Manager) Ready() bool {
 // WaitReady waits until Ready or until ctx ends, and reports whether the
 // manager is ready. It wakes on every accepted registration, not on a
 // timer, so that what waits for the kubelet's registrations (the agent
-// holds back publishing until then: register first, issue 17) starts the
-// moment the last one is accepted.
+// holds back publishing until then: register first) starts the moment the
+// last one is accepted.
 func (m *Manager) WaitReady(ctx context.Context) bool {
 	for {
 		m.readyMu.Lock()
@@ -296,13 +275,10 @@ func (m *Manager) readinessMayChange() {
 // Run serves the applied plans and watches the device-plugin directory
 // until ctx is done: a re-created kubelet.sock makes every server register
 // again, a server whose socket vanished is restarted, and a directory that
-// is deleted and re-created is watched again (its nearest existing
-// ancestor is watched meanwhile). A periodic check (Options.WatchBackstop)
-// catches what the watch misses, and is all there is when no inotify
-// instance can be had. On start, featureplug's own sockets that the plan
-// does not serve are removed. Run returns nil when ctx is done, after
-// stopping every server and removing its socket, or an error at once when
-// the directory cannot be created.
+// is deleted and re-created is watched again (see check). On start,
+// featureplug's own sockets that the plan does not serve are removed. Run
+// returns nil when ctx is done, after stopping every server and removing
+// its socket, or an error at once when the directory cannot be created.
 func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
 	if m.state != stateNew {
@@ -317,33 +293,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := os.MkdirAll(m.opts.KubeletDir, 0o750); err != nil {
 		return fmt.Errorf("plugin manager: creating %s: %w", m.opts.KubeletDir, err)
 	}
-	w, err := m.newWatcher()
-	if err != nil {
-		m.opts.Logger.Warn("no file-system watcher for the device-plugin directory; checking it periodically instead",
-			"dir", m.opts.KubeletDir, "interval", m.opts.WatchBackstop, "err", err)
-		m.metrics.watchFallback.Set(1)
-		w = nil
-	} else {
-		defer func() {
-			if err := w.Close(); err != nil {
-				m.opts.Logger.Warn("closing file-system watcher", "err", err)
-			}
-		}()
-	}
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	if w != nil {
-		events, errs = w.Events, fswatch.Errors(w) // never w.Errors: see fswatch
-	}
-
 	m.mu.Lock()
-	m.watch = dirWatch{w: w, dir: m.opts.KubeletDir}
-	m.dirPresent = true
-	if w != nil {
-		m.rearmLocked()
-	}
+	m.dirSeen, _ = fswatch.Identify(m.opts.KubeletDir)
+	m.kubeletSeen, _ = fswatch.Identify(m.kubelet)
 	m.removeStaleSocketsLocked()
-	m.kubeletSeen, _ = os.Stat(m.kubelet)
 	if m.plan != nil {
 		if err := m.applyLocked(); err != nil {
 			m.opts.Logger.Error("starting device plugins", "err", err)
@@ -351,183 +304,131 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 
+	stop := m.watcher.Dir(m.opts.KubeletDir, "device-plugin directory", m.check, m.setFallback)
+	defer stop()
+	if m.own {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = m.watcher.Run(ctx)
+		}()
+		defer func() { <-done }()
+	}
 	tick := time.NewTicker(resyncInterval)
 	defer tick.Stop()
-	backstop := time.NewTicker(m.opts.WatchBackstop)
-	defer backstop.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-events:
-			if !ok {
-				return errors.New("plugin manager: file-system watcher closed")
-			}
-			m.handleEvent(ev)
-		case err, ok := <-errs:
-			if !ok {
-				return errors.New("plugin manager: file-system watcher closed")
-			}
-			m.opts.Logger.Warn("file-system watcher error; resynchronizing", "dir", m.opts.KubeletDir, "err", err)
-			m.resync()
-		case <-backstop.C:
-			m.backstop()
 		case <-tick.C:
 			m.resync()
 		}
 	}
 }
 
-// rearmLocked moves the watch onto the directory or its nearest ancestor
-// and reacts to the directory going away or coming back.
-func (m *Manager) rearmLocked() {
-	present, err := m.watch.arm()
-	switch {
-	case err != nil:
-		if !m.watchFailed {
-			m.opts.Logger.Warn("cannot watch the device-plugin directory; checking it periodically instead",
-				"dir", m.opts.KubeletDir, "interval", m.opts.WatchBackstop, "err", err)
-		}
-		m.watchFailed = true
+// setFallback shows on featureplug_plugin_watch_fallback whether the
+// directory is watched by the periodic check alone.
+func (m *Manager) setFallback(on bool) {
+	if on {
 		m.metrics.watchFallback.Set(1)
-		present = isDir(m.opts.KubeletDir)
-	case m.watchFailed:
-		m.opts.Logger.Info("watching the device-plugin directory again", "dir", m.opts.KubeletDir, "watching", m.watch.on)
-		m.watchFailed = false
+	} else {
 		m.metrics.watchFallback.Set(0)
 	}
-	m.setPresentLocked(present)
 }
 
-// setPresentLocked records whether the device-plugin directory exists, and
-// acts when that changed: servers lose their registration while it is
-// gone, and come back (sockets re-created, registration asked) with it.
-func (m *Manager) setPresentLocked(present bool) {
-	was := m.dirPresent
-	m.dirPresent = present
+// check looks at the device-plugin directory after a change in it (or on
+// the way to it), and at every periodic check of the watcher: the
+// directory gone or replaced, kubelet.sock gone or made again (told apart
+// by inode and change time), a server's own socket missing. It acts on
+// what differs from the last look, so it may be called any number of
+// times.
+func (m *Manager) check(periodic bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.state != stateRunning {
+		return
+	}
+	found := ""
+	if periodic {
+		found = " (found by the periodic check)"
+	}
+	dir, present := fswatch.Identify(m.opts.KubeletDir)
+	if !present || !isDir(m.opts.KubeletDir) {
+		if m.dirSeen != (fswatch.ID{}) {
+			m.dirLostLocked(found)
+		}
+		return
+	}
+	if m.dirSeen == (fswatch.ID{}) || !dir.SameInode(m.dirSeen) {
+		if m.dirSeen != (fswatch.ID{}) {
+			m.dirLostLocked(found) // replaced: whatever is in it now is new
+		}
+		m.opts.Logger.Info("device-plugin directory is back; serving and registering again"+found, "dir", m.opts.KubeletDir)
+		m.dirSeen = dir
+		m.kubeletSeen, _ = fswatch.Identify(m.kubelet)
+		m.restartMissingLocked()
+		for _, s := range m.servers {
+			s.requestRegistration()
+		}
+		return
+	}
+	m.dirSeen = dir
+	kubelet, ok := fswatch.Identify(m.kubelet)
 	switch {
-	case was && !present:
-		m.opts.Logger.Warn("device-plugin directory removed; no resource is served until it is back",
-			"dir", m.opts.KubeletDir, "watching", m.watch.on)
-		m.kubeletSeen = nil
+	case !ok && m.kubeletSeen != (fswatch.ID{}):
+		m.opts.Logger.Info("kubelet socket removed"+found, "socket", m.kubelet)
 		for _, s := range m.servers {
 			s.kubeletLost()
 		}
-	case !was && present:
-		m.opts.Logger.Info("device-plugin directory is back; serving and registering again", "dir", m.opts.KubeletDir)
-		m.kubeletSeen, _ = os.Stat(m.kubelet)
+	case ok && kubelet != m.kubeletSeen:
+		m.opts.Logger.Info("kubelet socket created"+found+"; registering every device plugin", "socket", m.kubelet)
+		m.kubeletSeen = kubelet
 		m.restartMissingLocked()
 		for _, s := range m.servers {
 			s.requestRegistration()
 		}
 	}
+	m.kubeletSeen = kubelet
+	m.checkSocketsLocked(ok)
 }
 
-// handleEvent reacts to one change in the device-plugin directory or, while
-// it is missing, in the ancestor watched instead.
-func (m *Manager) handleEvent(ev fsnotify.Event) {
-	gone := ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.state != stateRunning {
-		return
-	}
-	if gone && m.watch.gone(ev.Name) {
-		// The watched directory itself went away. It may be back already
-		// (the event can arrive after a quick re-creation), but whatever
-		// is in it now is new: mark it gone first, so that coming back
-		// re-creates the sockets and registers again.
-		m.setPresentLocked(false)
-		m.rearmLocked()
-		return
-	}
-	if !m.watch.present() {
-		if m.watch.concerns(ev.Name) {
-			m.rearmLocked()
+// dirLostLocked acts on the device-plugin directory going away: no server
+// is registered until it is back.
+func (m *Manager) dirLostLocked(found string) {
+	m.opts.Logger.Warn("device-plugin directory removed; no resource is served until it is back"+found, "dir", m.opts.KubeletDir)
+	m.dirSeen, m.kubeletSeen = fswatch.ID{}, fswatch.ID{}
+	for _, s := range m.servers {
+		s.kubeletLost()
+		if !exists(s.socket) {
+			// A listener on a deleted socket keeps a deleted directory
+			// alive, and its deletion unseen.
+			s.stopGRPC()
 		}
-		return
 	}
-	if ev.Name == m.kubelet {
-		switch {
-		case ev.Has(fsnotify.Create):
-			m.opts.Logger.Info("kubelet socket created; registering every device plugin", "socket", ev.Name)
-			m.kubeletSeen, _ = os.Stat(m.kubelet)
-			m.restartMissingLocked()
-			for _, s := range m.servers {
-				s.requestRegistration()
+}
+
+// checkSocketsLocked restarts the servers whose socket vanished. While
+// kubelet.sock is missing (a kubelet restart cleaning the directory, or
+// the directory being deleted) such a server stops listening instead and
+// comes back with kubelet.sock: re-creating the socket now would race a
+// recursive delete of the directory.
+func (m *Manager) checkSocketsLocked(kubeletPresent bool) {
+	for _, s := range m.servers {
+		if exists(s.socket) {
+			continue
+		}
+		if !kubeletPresent {
+			if s.serving() {
+				m.opts.Logger.Info("device-plugin socket removed while the kubelet is away; serving it again when kubelet.sock is back", "resource", s.name, "socket", s.socket)
+				s.stopGRPC()
 			}
-		case gone:
-			m.opts.Logger.Info("kubelet socket removed", "socket", ev.Name)
-			m.kubeletSeen = nil
-			for _, s := range m.servers {
-				s.kubeletLost()
-			}
+			continue
 		}
-		return
-	}
-	s := m.bySocket[ev.Name]
-	if s == nil || !gone || exists(s.socket) {
-		return
-	}
-	if !exists(m.kubelet) {
-		// A socket removed while kubelet.sock is missing is a kubelet
-		// restart cleaning the directory, or the directory being deleted:
-		// the server stops listening now (a listener on a deleted socket
-		// keeps the deleted directory alive, and its deletion unseen) and
-		// comes back when kubelet.sock does. Re-creating the socket now
-		// would race a recursive delete of the directory.
-		m.opts.Logger.Info("device-plugin socket removed while the kubelet is away; serving it again when kubelet.sock is back", "resource", s.name, "socket", s.socket)
-		s.stopGRPC()
-		return
-	}
-	m.opts.Logger.Info("device-plugin socket removed; restarting its server", "resource", s.name, "socket", s.socket)
-	if err := s.restart(); err != nil {
-		m.opts.Logger.Error("restarting device plugin", "resource", s.name, "err", err)
-	}
-}
-
-// backstop is the periodic check behind the watch: a few stat calls that
-// catch a directory or kubelet.sock change, or a missing plugin socket,
-// whose event was missed (or that no watch could see).
-func (m *Manager) backstop() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.state != stateRunning {
-		return
-	}
-	switch {
-	case m.watch.w == nil:
-		m.setPresentLocked(isDir(m.opts.KubeletDir))
-	case m.watchFailed || m.watch.stale():
-		m.rearmLocked()
-	}
-	if !m.dirPresent {
-		return
-	}
-	st, err := os.Stat(m.kubelet)
-	if err != nil {
-		st = nil
-	}
-	switch {
-	case st == nil && m.kubeletSeen != nil:
-		m.opts.Logger.Info("kubelet socket removed (found by the periodic check)", "socket", m.kubelet)
-		for _, s := range m.servers {
-			s.kubeletLost()
-		}
-	case st != nil && !sameFileTime(st, m.kubeletSeen):
-		m.opts.Logger.Info("kubelet socket created (found by the periodic check); registering every device plugin", "socket", m.kubelet)
-		for _, s := range m.servers {
-			s.requestRegistration()
+		m.opts.Logger.Info("device-plugin socket missing; restarting its server", "resource", s.name, "socket", s.socket)
+		if err := s.restart(); err != nil {
+			m.opts.Logger.Error("restarting device plugin", "resource", s.name, "err", err)
 		}
 	}
-	m.kubeletSeen = st
-	m.restartMissingLocked()
-}
-
-// sameFileTime reports whether a and b are the same file with the same
-// modification time; b may be nil.
-func sameFileTime(a, b os.FileInfo) bool {
-	return b != nil && os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
 }
 
 // restartMissingLocked restarts the servers whose socket is missing.
@@ -585,7 +486,7 @@ func (m *Manager) resync() {
 		return
 	}
 	m.restartMissingLocked()
-	if m.plan != nil && len(m.servers) != len(m.plan.Resources) && m.dirPresent {
+	if m.plan != nil && len(m.servers) != len(m.plan.Resources) && m.dirSeen != (fswatch.ID{}) {
 		if err := m.applyLocked(); err != nil {
 			m.opts.Logger.Error("starting device plugins", "err", err)
 		}
@@ -597,10 +498,11 @@ func (m *Manager) resync() {
 	}
 }
 
-// shutdown stops every server and the health timers.
+// shutdown stops every server (and the manager's own health tracker).
 func (m *Manager) shutdown() {
-	m.health.close()
-	m.events.close()
+	if m.ownHealth {
+		m.health.Close()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.state = stateStopped
@@ -622,4 +524,10 @@ func (m *Manager) shutdown() {
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
+}
+
+// isDir reports whether path is a directory.
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
 }

@@ -361,8 +361,7 @@ func healthPlan() *plan.Plan {
 func TestHealth(t *testing.T) {
 	clock := newFakeClock()
 	opts := DefaultOptions()
-	opts.Clock = clock
-	opts.HealthRecovery = time.Minute
+	withHealth(t, &opts, clock, time.Minute, "", nil)
 	e := startEnv(t, opts, healthPlan())
 	all := []string{"example.com/shared", "nvidia.com/gpu", "nvidia.com/mig", "nvidia.com/mig-shared"}
 	e.waitRegistered(1, all...)
@@ -387,19 +386,19 @@ func TestHealth(t *testing.T) {
 		}
 	}
 
-	e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 79})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 79})
 	expect("XID 79 on GPU 1", gpuUUID(1), replicaID(1, 0), replicaID(1, 1))
 
-	e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(3), MIGUUID: migUUID(3, 1), Kind: discovery.EventXID, XID: 94})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(3), MIGUUID: migUUID(3, 1), Kind: discovery.EventXID, XID: 94})
 	migShared := migUUID(3, 2)
 	expect("XID on MIG 3:1", gpuUUID(1), replicaID(1, 0), replicaID(1, 1), migUUID(3, 1))
 
-	e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(3), Kind: discovery.EventECCDoubleBit})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(3), Kind: discovery.EventECCDoubleBit})
 	expect("ECC on GPU 3", gpuUUID(1), replicaID(1, 0), replicaID(1, 1), migUUID(3, 0), migUUID(3, 1), migShared+"::0", migShared+"::1")
 
 	// 40 s later GPU 1 has a new event: its quiet period starts again.
 	clock.Advance(40 * time.Second)
-	e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 48})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 48})
 	clock.Advance(30 * time.Second) // 70 s after the first events
 	expect("quiet period over for GPU 3 and MIG 3:1, not for GPU 1", gpuUUID(1), replicaID(1, 0), replicaID(1, 1))
 	clock.Advance(30 * time.Second) // 60 s after GPU 1's last event
@@ -415,34 +414,30 @@ func TestHealth(t *testing.T) {
 func TestHealthWithoutRecovery(t *testing.T) {
 	clock := newFakeClock()
 	opts := DefaultOptions()
-	opts.Clock = clock
-	opts.HealthRecovery = 0
+	tr := withHealth(t, &opts, clock, 0, "", nil)
 	e := startEnv(t, opts, healthPlan())
 	e.waitRegistered(1, "nvidia.com/gpu")
-	events := make(chan discovery.HealthEvent, 1)
-	go e.m.WatchHealth(e.ctx(), events)
-	events <- discovery.HealthEvent{GPUUUID: gpuUUID(0), Kind: discovery.EventXID, XID: 79}
+	tr.Record(discovery.HealthEvent{GPUUUID: gpuUUID(0), Kind: discovery.EventXID, XID: 79})
 	e.waitDevices("nvidia.com/gpu", "GPU 0 unhealthy", func(devs []*pluginapi.Device) bool {
 		return healthOf(devs)[gpuUUID(0)] == pluginapi.Unhealthy
 	})
 	clock.Advance(24 * time.Hour)
 	// A recovery of GPU 0 would reach the stream before the next change:
 	// make one (GPU 1 fails) and wait for it.
-	events <- discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 79}
+	tr.Record(discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 79})
 	e.waitDevices("nvidia.com/gpu", "GPU 1 unhealthy", func(devs []*pluginapi.Device) bool {
 		return healthOf(devs)[gpuUUID(1)] == pluginapi.Unhealthy
 	})
 	if h := healthOf(e.kubelet.Devices("nvidia.com/gpu"))[gpuUUID(0)]; h != pluginapi.Unhealthy {
 		t.Errorf("GPU 0 is %s a day later with recovery disabled", h)
 	}
-	close(events)
 }
 
 func TestHealthBeforePlan(t *testing.T) {
 	// An event for a device no plan serves yet applies once a plan does.
 	clock := newFakeClock()
 	opts := DefaultOptions()
-	opts.Clock = clock
+	withHealth(t, &opts, clock, time.Minute, "", nil)
 	e := &env{t: t, dir: kubeletsim.ShortTempDir(t)}
 	k, err := kubeletsim.Start(e.dir)
 	if err != nil {
@@ -451,7 +446,7 @@ func TestHealthBeforePlan(t *testing.T) {
 	t.Cleanup(k.Stop)
 	e.kubelet = k
 	e.startManager(opts, nil)
-	e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(2), Kind: discovery.EventXID, XID: 79})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(2), Kind: discovery.EventXID, XID: 79})
 	if err := e.m.Apply(h100Plan("nvidia.com/gpu")); err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +497,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = e.kubelet.Allocate(e.ctx(), "nvidia.com/gpu", []string{"GPU-nope"})
-	e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(0), Kind: discovery.EventXID, XID: 79})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(0), Kind: discovery.EventXID, XID: 79})
 	e.waitDevices("nvidia.com/gpu", "GPU 0 unhealthy", func(devs []*pluginapi.Device) bool {
 		return healthOf(devs)[gpuUUID(0)] == pluginapi.Unhealthy
 	})

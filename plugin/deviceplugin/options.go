@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -14,6 +13,8 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/featureplug/featureplug/discovery/fswatch"
+	"github.com/featureplug/featureplug/plugin/health"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -73,19 +74,10 @@ const (
 	// DefaultMPSRoot holds one directory per MPS resource, with the MPS
 	// control daemon's pipe directory below it.
 	DefaultMPSRoot = plan.DefaultMPSRoot
-	// DefaultHealthRecovery is the quiet period after which an unhealthy
-	// device becomes healthy again.
-	DefaultHealthRecovery = 5 * time.Minute
-	// DefaultWatchBackstop is how often the manager checks the
-	// device-plugin directory, kubelet.sock and its own sockets besides
-	// watching them.
-	DefaultWatchBackstop = 3 * time.Second
 )
 
-// Options configure a Manager. Start from DefaultOptions; NewManager fills
-// empty string and slice fields with their defaults but keeps durations as
-// given (a zero HealthRecovery disables recovery), except a zero
-// WatchBackstop, which gets its default.
+// Options configure a Manager. Start from DefaultOptions; NewManager
+// fills empty fields with their defaults.
 type Options struct {
 	// KubeletDir is the kubelet's device-plugin directory, holding
 	// kubelet.sock and the plugin sockets.
@@ -104,9 +96,6 @@ type Options struct {
 	// ReplicaPolicy picks replicas in GetPreferredAllocation
 	// (default: distributed).
 	ReplicaPolicy ReplicaPolicy
-	// HealthRecovery is the quiet period after the last critical event
-	// after which a device is Healthy again; 0 disables recovery.
-	HealthRecovery time.Duration
 	// MPSRoot holds the MPS pipe directories, one per MPS resource, in the
 	// layout of plan.MPSLayout (see Options.MPSLayout).
 	MPSRoot string
@@ -114,28 +103,22 @@ type Options struct {
 	// back (ok false) gets codes.Unavailable with the reason. The agent uses
 	// it to hold an MPS resource until its control daemon is up.
 	Gate func(resource string) (ok bool, reason string)
-	// OnHealthChange, when set, is called (without the manager's locks)
-	// after a device turned unhealthy or recovered; Manager.Unhealthy
-	// then gives the new set. The agent's DRA sink taints devices by it.
-	OnHealthChange func()
+	// Health is the device health the servers advertise (default: a
+	// tracker of its own, recovering after health.DefaultRecovery, kept
+	// in memory only). The agent's one tracker is shared with DRA.
+	Health *health.Tracker
+	// Watcher watches the device-plugin directory (default: a watcher of
+	// the manager's own, run by Run). The agent's one watcher is shared
+	// with its other watches; its periodic check catches what events
+	// miss, and is all there is without an inotify instance.
+	Watcher *fswatch.Watcher
 	// Logger receives the manager's logs (default: discarded).
 	Logger *slog.Logger
 	// Registerer, when set, receives the manager's metrics.
 	Registerer prometheus.Registerer
-	// Clock is the time source of health recovery and of the health-event
-	// log summaries (default: the real clock). Tests inject
-	// k8s.io/utils/clock/testing's FakeClock.
+	// Clock is the time source of the default health tracker (default:
+	// the real clock).
 	Clock clock.WithDelayedExecution
-	// StateDir holds the health state file (HealthStateFile), so devices
-	// found unhealthy stay Unhealthy across a restart of the agent until
-	// their recovery deadline; empty disables persistence.
-	StateDir string
-	// WatchBackstop is the interval of the periodic check behind the
-	// directory watch: a stat of the directory, kubelet.sock and each
-	// plugin socket, catching changes whose events were missed, and doing
-	// all the watching when no inotify instance can be had (default
-	// DefaultWatchBackstop).
-	WatchBackstop time.Duration
 }
 
 // DefaultOptions returns the options featureplug runs with by default.
@@ -147,9 +130,7 @@ func DefaultOptions() Options {
 		CDIKind:              DefaultCDIKind,
 		CDIAnnotationPrefix:  DefaultCDIAnnotationPrefix,
 		ReplicaPolicy:        ReplicasDistributed,
-		HealthRecovery:       DefaultHealthRecovery,
 		MPSRoot:              DefaultMPSRoot,
-		WatchBackstop:        DefaultWatchBackstop,
 	}
 }
 
@@ -182,12 +163,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
-	}
-	if o.WatchBackstop == 0 {
-		o.WatchBackstop = DefaultWatchBackstop
-	}
-	if o.StateDir != "" {
-		o.StateDir = filepath.Clean(o.StateDir)
 	}
 
 	var errs []error
@@ -227,19 +202,10 @@ func (o Options) withDefaults() (Options, error) {
 	if !strings.HasSuffix(o.CDIAnnotationPrefix, "/") {
 		errs = append(errs, fmt.Errorf("cdiAnnotationPrefix: %q must end with '/'", o.CDIAnnotationPrefix))
 	}
-	if o.HealthRecovery < 0 {
-		errs = append(errs, fmt.Errorf("healthRecovery: %v is negative (0 disables recovery)", o.HealthRecovery))
-	}
 	if !filepath.IsAbs(o.KubeletDir) {
 		errs = append(errs, fmt.Errorf("kubeletDir: %q is not an absolute path", o.KubeletDir))
 	} else if _, err := SocketPath(o.KubeletDir, "a.b/c"); err != nil {
 		errs = append(errs, fmt.Errorf("kubeletDir: %w", err))
-	}
-	if o.WatchBackstop < 0 {
-		errs = append(errs, fmt.Errorf("watchBackstop: %v is negative", o.WatchBackstop))
-	}
-	if o.StateDir != "" && !filepath.IsAbs(o.StateDir) {
-		errs = append(errs, fmt.Errorf("stateDir: %q is not an absolute path", o.StateDir))
 	}
 	if !filepath.IsAbs(o.MPSRoot) {
 		errs = append(errs, fmt.Errorf("mpsRoot: %q is not an absolute path", o.MPSRoot))

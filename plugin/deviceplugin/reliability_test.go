@@ -14,13 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/fswatch"
+	"github.com/featureplug/featureplug/discovery/statedir"
+	"github.com/featureplug/featureplug/plugin/health"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -89,7 +91,7 @@ func TestDirectoryRecreatedIsWatchedAgain(t *testing.T) {
 	opts.Logger = log
 	// A backstop far away: only the re-armed watch can bring the servers
 	// back within the test.
-	opts.WatchBackstop = time.Hour
+	opts.Watcher = runWatcher(t, fswatch.Options{Interval: time.Hour})
 	e := startEnv(t, opts, h100Plan("nvidia.com/gpu"))
 	e.waitRegistered(1, "nvidia.com/gpu")
 	waitTrue(t, "ready", e.m.Ready)
@@ -130,7 +132,7 @@ func TestDirectoryAndParentRecreated(t *testing.T) {
 	log, logs := newLogBuffer()
 	opts := DefaultOptions()
 	opts.Logger = log
-	opts.WatchBackstop = time.Hour
+	opts.Watcher = runWatcher(t, fswatch.Options{Interval: time.Hour})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", strings.Join(logs.lines(), "\n"))
@@ -164,16 +166,13 @@ func TestBackstopWithoutInotify(t *testing.T) {
 	opts := DefaultOptions()
 	opts.Registerer = reg
 	opts.Logger = log
-	opts.WatchBackstop = 10 * time.Millisecond
+	opts.Watcher = runWatcher(t, fswatch.Options{Interval: 10 * time.Millisecond, Logger: log, NewInotify: fswatch.NoInotify})
 	e := &env{t: t, dir: kubeletsim.ShortTempDir(t)}
 	e.restartKubeletIn(t)
 	opts.KubeletDir = e.dir
 	m, err := NewManager(opts)
 	if err != nil {
 		t.Fatal(err)
-	}
-	m.newWatcher = func() (*fsnotify.Watcher, error) {
-		return nil, errors.New("too many open files")
 	}
 	if err := m.Apply(h100Plan("nvidia.com/gpu")); err != nil {
 		t.Fatal(err)
@@ -187,7 +186,7 @@ func TestBackstopWithoutInotify(t *testing.T) {
 	if got := metricValue(t, reg, "featureplug_plugin_watch_fallback", nil); got != 1 {
 		t.Errorf("watch_fallback = %v, want 1", got)
 	}
-	if n := len(logs.lines("level=WARN", "no file-system watcher")); n != 1 {
+	if n := len(logs.lines("level=WARN", "no inotify instance to watch the device-plugin directory")); n != 1 {
 		t.Errorf("%d WARN lines about the missing watcher, want 1", n)
 	}
 	// A kubelet restart and a deleted plugin socket are found by polling.
@@ -274,7 +273,7 @@ func TestRegistersAfterRefusedDial(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	opts := DefaultOptions()
 	opts.Registerer = reg
-	opts.WatchBackstop = time.Hour
+	opts.Watcher = runWatcher(t, fswatch.Options{Interval: time.Hour})
 	e := startEnv(t, opts, h100Plan("nvidia.com/gpu"))
 	e.waitRegistered(1, "nvidia.com/gpu")
 	errorsNow := func() float64 {
@@ -305,17 +304,15 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	state := kubeletsim.ShortTempDir(t)
 	reg := prometheus.NewRegistry()
 	opts := DefaultOptions()
-	opts.Clock = clock
-	opts.HealthRecovery = time.Minute
-	opts.StateDir = state
 	opts.Registerer = reg
+	withHealth(t, &opts, clock, time.Minute, state, reg)
 	e := startEnv(t, opts, h100Plan("nvidia.com/gpu"))
 	e.waitRegistered(1, "nvidia.com/gpu")
-	e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(4), Kind: discovery.EventXID, XID: 79})
-	e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(6), MIGUUID: migUUID(6, 1), Kind: discovery.EventXID, XID: 94})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(4), Kind: discovery.EventXID, XID: 79})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(6), MIGUUID: migUUID(6, 1), Kind: discovery.EventXID, XID: 94})
 
-	var st healthState
-	b, err := os.ReadFile(filepath.Join(state, HealthStateFile))
+	var st stateFile
+	b, err := os.ReadFile(filepath.Join(state, statedir.HealthFile))
 	if err != nil {
 		t.Fatalf("state file not written at once: %v", err)
 	}
@@ -331,12 +328,12 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	writes := metricValue(t, reg, "featureplug_plugin_health_state_writes_total", map[string]string{"result": "ok"})
 	clock.Advance(10 * time.Second)
 	for range 1000 {
-		e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(4), Kind: discovery.EventXID, XID: 79})
+		e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(4), Kind: discovery.EventXID, XID: 79})
 	}
 	if got := metricValue(t, reg, "featureplug_plugin_health_state_writes_total", map[string]string{"result": "ok"}); got != writes {
 		t.Errorf("%v state-file writes during a storm on an already unhealthy GPU, want none yet", got-writes)
 	}
-	clock.Advance(healthPersistDelay)
+	clock.Advance(5 * time.Second)
 	if got := metricValue(t, reg, "featureplug_plugin_health_state_writes_total", map[string]string{"result": "ok"}); got != writes+1 {
 		t.Errorf("%v state-file writes after the persist delay, want 1", got-writes)
 	}
@@ -345,7 +342,9 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	// has GPU 4 and MIG 6:1's GPU-less device Unhealthy.
 	e.kubelet.Stop()
 	e.stop()
+	opts.Health.Close()
 	opts.Registerer = nil
+	withHealth(t, &opts, clock, time.Minute, state, nil)
 	e2 := startEnv(t, opts, &plan.Plan{Resources: []plan.Resource{
 		{Name: "nvidia.com/gpu", Devices: gpus(0, 1, 2, 3, 4, 5)},
 		{Name: "nvidia.com/mig", Devices: []plan.Device{migDevice(6, 0), migDevice(6, 1)}},
@@ -370,14 +369,14 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	}
 	// They recover at their deadlines: MIG 6:1 a minute after its event,
 	// GPU 4 a minute after its storm.
-	clock.Advance(time.Minute - 10*time.Second - healthPersistDelay)
+	clock.Advance(time.Minute - 10*time.Second - 5*time.Second)
 	e2.waitDevices("nvidia.com/mig", "MIG 6:1 recovered", func(devs []*pluginapi.Device) bool {
 		return healthOf(devs)[migUUID(6, 1)] == pluginapi.Healthy
 	})
 	if h := healthOf(e2.kubelet.Devices("nvidia.com/gpu"))[gpuUUID(4)]; h != pluginapi.Unhealthy {
 		t.Errorf("GPU 4 is %s before its deadline", h)
 	}
-	clock.Advance(10*time.Second + healthPersistDelay)
+	clock.Advance(10*time.Second + 5*time.Second)
 	e2.waitDevices("nvidia.com/gpu", "GPU 4 recovered", func(devs []*pluginapi.Device) bool {
 		return healthOf(devs)[gpuUUID(4)] == pluginapi.Healthy
 	})
@@ -386,8 +385,8 @@ func TestHealthSurvivesRestart(t *testing.T) {
 func TestHealthStateExpiredAndCorrupt(t *testing.T) {
 	clock := newFakeClock()
 	state := kubeletsim.ShortTempDir(t)
-	path := filepath.Join(state, HealthStateFile)
-	old := healthState{Version: healthStateVersion, Devices: []healthRecord{
+	path := filepath.Join(state, statedir.HealthFile)
+	old := stateFile{Version: 1, Devices: []stateRecord{
 		{Key: gpuUUID(1), GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 79, Deadline: clock.Now().Add(-time.Second)},
 		{Key: gpuUUID(2), GPUUUID: gpuUUID(2), Kind: discovery.EventXID, XID: 48, Deadline: clock.Now().Add(time.Hour)},
 	}}
@@ -396,8 +395,7 @@ func TestHealthStateExpiredAndCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := DefaultOptions()
-	opts.Clock = clock
-	opts.StateDir = state
+	withHealth(t, &opts, clock, health.DefaultRecovery, state, nil)
 	e := startEnv(t, opts, h100Plan("nvidia.com/gpu"))
 	e.waitRegistered(1, "nvidia.com/gpu")
 	h := healthOf(e.kubelet.Devices("nvidia.com/gpu"))
@@ -419,6 +417,7 @@ func TestHealthStateExpiredAndCorrupt(t *testing.T) {
 			log, logs := newLogBuffer()
 			o := opts
 			o.Logger = log
+			withHealth(t, &o, clock, health.DefaultRecovery, state, nil)
 			e := startEnv(t, o, h100Plan("nvidia.com/gpu"))
 			e.waitRegistered(1, "nvidia.com/gpu")
 			if n := len(logs.lines("level=WARN", "ignoring the health state file", path)); n != 1 {
@@ -437,9 +436,9 @@ func TestHealthLogAggregated(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	log, logs := newLogBuffer()
 	opts := DefaultOptions()
-	opts.Clock = clock
 	opts.Logger = log
 	opts.Registerer = reg
+	withHealth(t, &opts, clock, health.DefaultRecovery, "", reg)
 	e := startEnv(t, opts, h100Plan("nvidia.com/gpu"))
 	e.waitRegistered(1, "nvidia.com/gpu")
 	const storm = 5000
@@ -448,12 +447,12 @@ func TestHealthLogAggregated(t *testing.T) {
 		if i%5 == 0 {
 			xid = 1 << 40 // an XID nobody knows: counted as "other"
 		}
-		e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(i % 2), Kind: discovery.EventXID, XID: xid})
+		e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(i % 2), Kind: discovery.EventXID, XID: xid})
 	}
 	if n := len(logs.lines("device unhealthy")); n != 2 {
 		t.Errorf("%d 'device unhealthy' lines for a storm on 2 GPUs, want 2", n)
 	}
-	clock.Advance(healthLogInterval)
+	clock.Advance(10 * time.Second)
 	sums := logs.lines("level=WARN", "device health events continue")
 	if len(sums) != 2 {
 		t.Fatalf("%d summary lines after one interval, want 2: %q", len(sums), sums)
@@ -461,8 +460,8 @@ func TestHealthLogAggregated(t *testing.T) {
 	if !strings.Contains(sums[0]+sums[1], "events=2499") || !strings.Contains(sums[0]+sums[1], "xid 79: 2000") || !strings.Contains(sums[0]+sums[1], "xid other: 499") {
 		t.Errorf("summaries do not count by XID: %q", sums)
 	}
-	clock.Advance(healthLogInterval) // a quiet interval ends the window
-	e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(0), Kind: discovery.EventECCDoubleBit})
+	clock.Advance(10 * time.Second) // a quiet interval ends the window
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(0), Kind: discovery.EventECCDoubleBit})
 	if n := len(logs.lines("device unhealthy")); n != 3 {
 		t.Errorf("%d 'device unhealthy' lines after a quiet interval and a new event, want 3", n)
 	}
@@ -471,17 +470,6 @@ func TestHealthLogAggregated(t *testing.T) {
 	}
 	if got := metricValue(t, reg, "featureplug_plugin_health_events_total", map[string]string{"xid": "other"}); got != storm/5 {
 		t.Errorf("health_events_total{xid=other} = %v, want %d", got, storm/5)
-	}
-}
-
-func TestXIDLabelBounded(t *testing.T) {
-	for xid, want := range map[uint64]string{0: "", 79: "79", 48: "48", 119: "119", 1: "other", 18446744073709551611: "other", 100000: "other"} {
-		if got := xidLabel(xid); got != want {
-			t.Errorf("xidLabel(%d) = %q, want %q", xid, got, want)
-		}
-	}
-	if got := kindLabel("made-up"); got != "other" {
-		t.Errorf("kindLabel(made-up) = %q", got)
 	}
 }
 
@@ -562,7 +550,7 @@ func TestPreferredSkipsUnhealthy(t *testing.T) {
 func TestOversizedRequestRejected(t *testing.T) {
 	e := startEnv(t, DefaultOptions(), h100Plan("nvidia.com/gpu"))
 	e.waitRegistered(1, "nvidia.com/gpu")
-	e.m.Health(discovery.HealthEvent{GPUUUID: gpuUUID(7), Kind: discovery.EventXID, XID: 79})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(7), Kind: discovery.EventXID, XID: 79})
 	e.waitDevices("nvidia.com/gpu", "GPU 7 unhealthy", func(devs []*pluginapi.Device) bool {
 		return healthOf(devs)[gpuUUID(7)] == pluginapi.Unhealthy
 	})
@@ -586,4 +574,20 @@ func TestOversizedRequestRejected(t *testing.T) {
 	if err != nil || strings.Contains(strings.Join(got, ","), gpuUUID(7)) {
 		t.Errorf("GetPreferredAllocation = %v, %v; want three of GPUs 4-6", got, err)
 	}
+}
+
+// stateRecord and stateFile read the health state file as its readers
+// (an operator, a restarted agent) see it.
+type stateRecord struct {
+	Key      string                    `json:"device"`
+	GPUUUID  string                    `json:"gpuUUID"`
+	MIGUUID  string                    `json:"migUUID,omitempty"`
+	Kind     discovery.HealthEventKind `json:"kind"`
+	XID      uint64                    `json:"xid,omitempty"`
+	Deadline time.Time                 `json:"recoverAt,omitzero"`
+}
+
+type stateFile struct {
+	Version int           `json:"version"`
+	Devices []stateRecord `json:"devices"`
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,7 +15,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/featureplug/featureplug/discovery/fswatch"
 )
 
 // Registration timing.
@@ -32,6 +36,8 @@ const (
 	// the wait keeps doubling up to the maximum.
 	registerBackoffMin = time.Millisecond
 	registerBackoffMax = 10 * time.Second
+	// registerBackoffSteps: the doubling goes on until the maximum.
+	registerBackoffSteps = math.MaxInt32
 	// registerLogInterval is the least time between two log lines about
 	// failed registrations of one resource: the first failure is logged at
 	// once, later ones as a summary with their count.
@@ -92,9 +98,9 @@ type server struct {
 	snap *snapshot
 	grpc *grpc.Server
 	// registered reports whether the kubelet accepted the current
-	// instance; regStat is kubelet.sock as it was at that registration.
+	// instance; regID is kubelet.sock as it was at that registration.
 	registered bool
-	regStat    os.FileInfo
+	regID      fswatch.ID
 	// gen counts restarts and kubelet losses, so a registration that
 	// raced one of them is not taken as current.
 	gen uint64
@@ -212,6 +218,21 @@ func (s *server) isRegistered() bool {
 	return s.registered
 }
 
+// registeredWith reports whether the kubelet whose kubelet.sock is the
+// file kubelet accepted the current instance.
+func (s *server) registeredWith(kubelet fswatch.ID) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.registered && s.regID == kubelet
+}
+
+// serving reports whether a gRPC instance serves the socket.
+func (s *server) serving() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.grpc != nil
+}
+
 // current returns the current snapshot.
 func (s *server) current() *snapshot {
 	s.mu.RLock()
@@ -245,7 +266,8 @@ func (s *server) setDevices(set *deviceSet, health healthFunc) {
 // registerLogInterval, and their end when a registration succeeds.
 func (s *server) registerLoop() {
 	defer close(s.loopDone)
-	delay := registerBackoffMin
+	initial := wait.Backoff{Duration: registerBackoffMin, Factor: 2, Steps: registerBackoffSteps, Cap: registerBackoffMax}
+	backoff := initial
 	var retry *time.Timer
 	var retryC <-chan time.Time
 	failures := 0
@@ -255,7 +277,7 @@ func (s *server) registerLoop() {
 		case <-s.ctx.Done():
 			return
 		case <-s.kick:
-			delay = registerBackoffMin
+			backoff = initial
 		case <-retryC:
 		}
 		if retry != nil {
@@ -264,13 +286,14 @@ func (s *server) registerLoop() {
 		}
 		err := s.registerOnce(failures)
 		if err == nil {
-			delay, failures = registerBackoffMin, 0
+			backoff, failures = initial, 0
 			continue
 		}
 		if s.ctx.Err() != nil {
 			return
 		}
 		now := time.Now()
+		delay := backoff.Step()
 		failures++
 		switch {
 		case failures == 1:
@@ -283,7 +306,6 @@ func (s *server) registerLoop() {
 		}
 		retry = time.NewTimer(delay)
 		retryC = retry.C
-		delay = min(2*delay, registerBackoffMax)
 	}
 }
 
@@ -292,8 +314,8 @@ func (s *server) registerLoop() {
 // number of failed attempts before this one, for the log.
 func (s *server) registerOnce(failures int) error {
 	kubelet := filepath.Join(s.deps.opts.KubeletDir, KubeletSocket)
-	st, err := os.Stat(kubelet)
-	if err != nil {
+	id, ok := fswatch.Identify(kubelet)
+	if !ok {
 		s.mu.Lock()
 		if s.registered {
 			s.registered = false
@@ -301,12 +323,14 @@ func (s *server) registerOnce(failures int) error {
 		}
 		s.mu.Unlock()
 		s.deps.metrics.registrations.WithLabelValues(s.name, regKubeletMissing).Inc()
-		return fmt.Errorf("kubelet socket: %w", err)
+		return fmt.Errorf("kubelet socket %s: %w", kubelet, os.ErrNotExist)
 	}
 	s.mu.Lock()
-	if s.registered && (s.regStat == nil || !os.SameFile(s.regStat, st)) {
-		// kubelet.sock is another file now: a kubelet restart whose
-		// events were missed. Not registered with this one yet.
+	if s.registered && s.regID != id {
+		// kubelet.sock is another file now (told apart by its inode and
+		// change time: ext4 gives a socket made again at once the old
+		// inode): a kubelet restart whose events were missed. Not
+		// registered with this one yet.
 		s.registered = false
 		s.gen++
 	}
@@ -322,7 +346,7 @@ func (s *server) registerOnce(failures int) error {
 	if _, err := os.Stat(s.socket); err != nil {
 		return fmt.Errorf("own socket not there yet: %w", err)
 	}
-	if err := s.register(kubelet, st); err != nil {
+	if err := s.register(kubelet, id); err != nil {
 		s.deps.metrics.registrations.WithLabelValues(s.name, regError).Inc()
 		return err
 	}
@@ -331,7 +355,7 @@ func (s *server) registerOnce(failures int) error {
 	current := s.gen == gen
 	if current {
 		s.registered = true
-		s.regStat = st
+		s.regID = id
 	}
 	s.mu.Unlock()
 	if current && s.deps.registered != nil {
@@ -346,9 +370,9 @@ func (s *server) registerOnce(failures int) error {
 }
 
 // register sends one RegisterRequest to the kubelet whose socket is
-// kubelet (the file st), over the connection the servers share.
-func (s *server) register(kubelet string, st os.FileInfo) error {
-	conn, err := s.deps.kubelet.get(kubelet, st)
+// kubelet (the file id), over the connection the servers share.
+func (s *server) register(kubelet string, id fswatch.ID) error {
+	conn, err := s.deps.kubelet.get(kubelet, id)
 	if err != nil {
 		return err
 	}

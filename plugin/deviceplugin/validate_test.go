@@ -3,7 +3,6 @@ package deviceplugin
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -83,7 +82,6 @@ func TestOptions(t *testing.T) {
 		{"cdi kind", func(o *Options) { o.CDIKind = "nvidia.com" }, `cdiKind: "nvidia.com"`},
 		{"cdi vendor", func(o *Options) { o.CDIKind = "nvidia com/gpu" }, `cdiKind: "nvidia com/gpu"`},
 		{"prefix", func(o *Options) { o.CDIAnnotationPrefix = "cdi.k8s.io" }, `cdiAnnotationPrefix: "cdi.k8s.io"`},
-		{"negative recovery", func(o *Options) { o.HealthRecovery = -time.Second }, "healthRecovery: -1s"},
 		{"relative dir", func(o *Options) { o.KubeletDir = "device-plugins" }, `kubeletDir: "device-plugins"`},
 		{"long dir", func(o *Options) { o.KubeletDir = "/" + strings.Repeat("d", 100) }, "kubeletDir: directory"},
 		{"relative mps", func(o *Options) { o.MPSRoot = "mps" }, `mpsRoot: "mps"`},

@@ -84,10 +84,6 @@ type Build struct {
 // BuildOptions say which resources the DRA sink serves and how it names
 // their CDI devices.
 type BuildOptions struct {
-	// Default is the agent's API for resources whose rules did not choose
-	// (--serve); the sink takes the resources plan.Resource.ServedBy
-	// gives as plan.ServeDRA.
-	Default plan.Serve
 	// CDIKind is the "vendor/class" of the CDI spec the agent writes, and
 	// CDIName names a device in it (plugin/cdi's Options.DeviceName, so
 	// that the IDs are the spec's by construction; nil: the device ID). A
@@ -98,22 +94,17 @@ type BuildOptions struct {
 	CDIName func(plan.Device) string
 	// Unhealthy are the devices held unhealthy; they carry TaintUnhealthy.
 	Unhealthy Unhealthy
-	// Withhold, when set, says which DRA resources to leave out of the
-	// slice and the Table for now: the agent withholds an MPS resource
-	// until its control daemon is up, as the device plugin advertises it
-	// only then.
-	Withhold func(*plan.Resource) bool
 }
 
-// DRAResources returns the resources of p served through DRA, in plan
-// order.
-func DRAResources(p *plan.Plan, def plan.Serve) []*plan.Resource {
+// DRAResources returns the resources of p served through DRA, held back
+// or not, in plan order.
+func DRAResources(p *plan.Plan) []*plan.Resource {
 	if p == nil {
 		return nil
 	}
 	var out []*plan.Resource
 	for i := range p.Resources {
-		if p.Resources[i].ServedBy(def) == plan.ServeDRA {
+		if p.Resources[i].Serve == plan.ServeDRA {
 			out = append(out, &p.Resources[i])
 		}
 	}
@@ -129,7 +120,8 @@ func DRAResources(p *plan.Plan, def plan.Serve) []*plan.Resource {
 // by default, and only one when the rule fails requests greater than one,
 // which MPS always does); its other capacities are consumed only when a
 // claim asks for them. An unhealthy device carries the NoSchedule taint
-// TaintUnhealthy. The resources o.Withhold names are left out.
+// TaintUnhealthy. Resources held back (plan.Resource.Held: an MPS
+// resource whose control daemon is not up) are left out.
 //
 // It fails, naming the resource and rule, for a device that is not in inv
 // or that would carry more attributes and capacities than resource.k8s.io
@@ -152,8 +144,8 @@ func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, 
 		errs  []error
 		seen  = map[string]string{}
 	)
-	for _, r := range DRAResources(p, o.Default) {
-		if o.Withhold != nil && o.Withhold(r) {
+	for _, r := range DRAResources(p) {
+		if r.Held != "" {
 			continue
 		}
 		for _, d := range r.Devices {

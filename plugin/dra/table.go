@@ -7,7 +7,7 @@
 // the devices' health to the kubelet (DRAResourceHealth), which shows it
 // in the pods' status.
 //
-// A resource is served here only when plan.Resource.ServedBy says
+// A resource is served here only when its plan.Resource.Serve is
 // plan.ServeDRA; the device-plugin sink leaves such resources alone, so a
 // device is offered through exactly one API.
 package dra

@@ -39,13 +39,17 @@ type Plan struct {
 	// MIGStrategy is NVIDIA's MIG strategy the rules amount to (MIGStrategy
 	// constants; "" when unknown): publishers label it as
 	// nvidia.com/mig.strategy, as gpu-feature-discovery labels its
-	// configured strategy. (Issue 15, gfd.)
+	// configured strategy.
 	MIGStrategy string `json:"migStrategy,omitempty"`
 	// SingleInvalid, when set, says why the "single" strategy refused this
 	// node (its MIG devices are not uniform): nvidia.com/gpu then serves no
 	// device and its labels say <product>-MIG-INVALID, as NVIDIA's plugin
 	// and gpu-feature-discovery do.
 	SingleInvalid string `json:"singleInvalid,omitempty"`
+	// ServeNothing says that the rules ask, explicitly, for this node to
+	// serve nothing: a plan without resources that replaces one with
+	// resources is then taken (see DrainsNode).
+	ServeNothing bool `json:"serveNothing,omitempty"`
 }
 
 // NVIDIA's MIG strategies, the values of Plan.MIGStrategy.
@@ -81,61 +85,15 @@ type Resource struct {
 	// Sharing is how its devices are shared.
 	Sharing Sharing `json:"sharing"`
 	// Serve is the kubelet API the rules chose for the resource; empty when
-	// they left it to the agent's default (see ServedBy).
+	// they left it to the agent's default, which the agent fills in
+	// (WithServeDefault) before any sink sees the plan.
 	Serve Serve `json:"serve,omitempty"`
+	// Held says why the agent holds the resource back now ("" while it
+	// serves it): a readiness gate, such as an MPS resource's control
+	// daemon not up yet. Rules never set it (see WithHeld).
+	Held string `json:"held,omitempty"`
 	// Devices are ordered by GPU index, then MIG index.
 	Devices []Device `json:"devices"`
-}
-
-// Serve is the kubelet API a resource is served through. A device is
-// served through exactly one: the sinks of the other API leave it alone.
-type Serve string
-
-// The APIs a resource can be served through.
-const (
-	// ServeDevicePlugin is the kubelet's device-plugin API (one gRPC
-	// server per resource name).
-	ServeDevicePlugin Serve = "device-plugin"
-	// ServeDRA is Dynamic Resource Allocation: the devices are published
-	// in ResourceSlices of driver gpu.featureplug.io and prepared through
-	// the kubelet's DRA plugin API.
-	ServeDRA Serve = "dra"
-)
-
-// ServedThrough returns the part of p served through api, given the
-// agent's default def for resources whose rules did not choose: p
-// without the other API's resources, or p itself when it has none (nil
-// for nil). Each sink of an API serves only its part.
-func (p *Plan) ServedThrough(api, def Serve) *Plan {
-	if p == nil {
-		return nil
-	}
-	other := 0
-	for i := range p.Resources {
-		if p.Resources[i].ServedBy(def) != api {
-			other++
-		}
-	}
-	if other == 0 {
-		return p
-	}
-	out := *p
-	out.Resources = make([]Resource, 0, len(p.Resources)-other)
-	for _, r := range p.Resources {
-		if r.ServedBy(def) == api {
-			out.Resources = append(out.Resources, r)
-		}
-	}
-	return &out
-}
-
-// ServedBy returns the API the resource is served through, given the
-// agent's default for resources whose rules did not choose.
-func (r *Resource) ServedBy(def Serve) Serve {
-	if r.Serve != "" {
-		return r.Serve
-	}
-	return def
 }
 
 // Device is one physical or MIG device claimed by a resource.

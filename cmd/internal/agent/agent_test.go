@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"net/http"
 	"net/http/httptest"
@@ -21,17 +22,17 @@ type noEventsLib struct{ nvml.Interface }
 func (noEventsLib) EventSetCreate() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_UNKNOWN }
 
 // noEventsSource is a fake node behind noEventsLib.
-type noEventsSource struct{ *FakeSource }
+type noEventsSource struct{ *gpusource.Fake }
 
 func (s noEventsSource) Discover() (*discovery.Inventory, nvml.Interface, error) {
-	inv, lib, err := s.FakeSource.Discover()
+	inv, lib, err := s.Fake.Discover()
 	return inv, noEventsLib{lib}, err
 }
 
 // TestHealthzFailsWhenTheHealthWatcherStops: a health watcher that stops on
 // its own (not because the agent stopped it) fails /healthz, naming it.
 func TestHealthzFailsWhenTheHealthWatcherStops(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}

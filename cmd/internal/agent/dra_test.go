@@ -20,6 +20,8 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
+	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/discovery/statedir"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -43,7 +45,7 @@ rules:
 // draTestEnv is what an agent of the DRA tests runs with: the same state
 // directory and fake API server across restarts.
 type draTestEnv struct {
-	src      *FakeSource
+	src      *gpusource.Fake
 	dir      string
 	kube     *kubefake.Clientset
 	rules    string
@@ -53,7 +55,7 @@ type draTestEnv struct {
 
 func newDRATestEnv(t *testing.T) *draTestEnv {
 	t.Helper()
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,8 +80,8 @@ func (e *draTestEnv) start(t *testing.T, records kubeRecords) (*Agent, func()) {
 	t.Helper()
 	a, err := New(Config{
 		NodeName: "n", Source: e.src, Rules: e.rules, RulesEngine: testRulesEngine(),
-		Kube:               kubeclientset.New(e.kube, nil),
-		Plugin:             deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet"), StateDir: e.stateDir, HealthRecovery: time.Hour},
+		Kube:   kubeclientset.New(e.kube, nil),
+		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet")}, StateDir: e.stateDir, HealthRecovery: time.Hour,
 		CDI:                CDIConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},
 		DRARegistryDir:     filepath.Join(e.dir, "plugins_registry"),
 		DRAPluginDir:       filepath.Join(e.dir, "plugins", dra.DriverName),
@@ -171,7 +173,7 @@ func TestDRASinkPublishesTaintsAndSurvivesRestart(t *testing.T) {
 			t.Errorf("device %s tainted before any health event: %+v", d.Name, d.Taints)
 		}
 	}
-	tab := a.dra.currentTable()
+	tab := sinkOf[*dra.Sink](t, a).Table()
 	if tab.Len() != 4 {
 		t.Fatalf("table has %d devices, want 4", tab.Len())
 	}
@@ -181,8 +183,8 @@ func TestDRASinkPublishesTaintsAndSurvivesRestart(t *testing.T) {
 	}
 	// The CDI spec holds the DRA devices (no CDI device-list strategy is
 	// on, so only those), and every CDI ID the table answers resolves.
-	if n := cdiDeviceCount(t, e.specDir); n != 4 {
-		t.Errorf("CDI spec has %d devices, want the 4 DRA devices", n)
+	if n := draTestMetric(t, a, "featureplug_cdi_spec_devices"); n != 4 {
+		t.Errorf("CDI spec has %v devices, want the 4 DRA devices", n)
 	}
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(e.specDir), cdiapi.WithAutoRefresh(false))
 	if err != nil {
@@ -198,7 +200,7 @@ func TestDRASinkPublishesTaintsAndSurvivesRestart(t *testing.T) {
 		t.Errorf("featureplug_dra_devices = %v, want 4", got)
 	}
 
-	a.healthToSinks(discovery.HealthEvent{GPUUUID: gpu0, Kind: discovery.EventXID, XID: 79, Time: time.Now()})
+	a.health.Record(discovery.HealthEvent{GPUUUID: gpu0, Kind: discovery.EventXID, XID: 79, Time: time.Now()})
 	kubeWaitRecord(t, records, "ResourceSlice updated", "generation=2")
 	taint := resourceapi.DeviceTaint{Key: "gpu.featureplug.io/unhealthy", Value: "xid-79", Effect: resourceapi.DeviceTaintEffectNoSchedule}
 	checkTaint := func(s *resourceapi.ResourceSlice) {
@@ -263,11 +265,11 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = a.dra.Apply(context.Background(), inv, p)
+			err = sinkOf[*dra.Sink](t, a).Apply(context.Background(), inv, p)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Apply: %v, want %q", err, tt.want)
 			}
-			if a.dra.currentTable().Len() != 0 {
+			if sinkOf[*dra.Sink](t, a).Table().Len() != 0 {
 				t.Errorf("the refused plan's devices are in the table")
 			}
 			// The same plan served by the device plugin is no concern of
@@ -275,7 +277,7 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 			q := *p
 			q.Resources = []plan.Resource{p.Resources[0]}
 			q.Resources[0].Serve = plan.ServeDevicePlugin
-			if err := a.dra.Apply(context.Background(), inv, &q); err != nil {
+			if err := sinkOf[*dra.Sink](t, a).Apply(context.Background(), inv, &q); err != nil {
 				t.Errorf("Apply of a device-plugin plan: %v", err)
 			}
 		})
@@ -285,7 +287,7 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 // TestServeDRAStartupErrors: --serve dra without what DRA needs does not
 // start, naming the flag.
 func TestServeDRAStartupErrors(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +330,7 @@ func TestDRASliceLeftByEarlierRunIsDeleted(t *testing.T) {
 	records := make(kubeRecords, 4096)
 	_, stop := e.start(t, records)
 	kubeWaitRecord(t, records, "ResourceSlice created", "devices=4")
-	marker := filepath.Join(e.stateDir, sliceMarkerFile)
+	marker := filepath.Join(e.stateDir, statedir.DRASliceMarkerFile)
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatalf("no marker after the slice was created: %v", err)
 	}

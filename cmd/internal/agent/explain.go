@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -109,14 +108,14 @@ type explainState struct {
 
 // planAnnotations returns the NodeFeature annotations for a plan the sinks
 // are given: the last good plan carries the digest of its rules, a new
-// plan the digest of the current rules. It is called from applySinks, on
-// the loop goroutine.
+// plan the digest of the current rules. It is called from the publishing
+// sink's Apply, on the loop goroutine.
 func (a *Agent) planAnnotations(p *plan.Plan) map[string]string {
 	if p == nil {
 		return nil
 	}
 	digest := a.explain.servedDigest
-	if p != a.plan {
+	if a.applying != a.plan {
 		digest = rulesDigestOf(a.ruleSet)
 	}
 	return map[string]string{AnnotationRulesDigest: digest, AnnotationResources: FormatResources(p)}
@@ -125,7 +124,7 @@ func (a *Agent) planAnnotations(p *plan.Plan) map[string]string {
 // planServed records that p (made by a.ruleSet) now serves, and records a
 // Normal Event on the Node when its resources differ from the plan served
 // before (the first plan counts as a change from nothing).
-func (a *Agent) planServed(ctx context.Context, p *plan.Plan) {
+func (a *Agent) planServed(p *plan.Plan) {
 	a.explain.servedDigest = rulesDigestOf(a.ruleSet)
 	changes := ResourceChanges(a.explain.reported, p)
 	a.explain.reported = p
@@ -135,7 +134,7 @@ func (a *Agent) planServed(ctx context.Context, p *plan.Plan) {
 	msg := strings.Join(changes, "; ")
 	a.log.Info("served resources changed", "changes", msg, "rulesDigest", a.explain.servedDigest)
 	if a.events != nil {
-		a.events.normal(ctx, ReasonResourcesChanged, msg)
+		a.events.Normal(ReasonResourcesChanged, msg)
 	}
 }
 

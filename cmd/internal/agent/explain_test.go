@@ -14,6 +14,8 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
+	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -64,7 +66,7 @@ func TestResourceChanges(t *testing.T) {
 // changes its resources, and annotates its published content with the
 // digest of the rules that made the served plan and its resources.
 func TestResourcesChangedEvent(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func TestResourcesChangedEvent(t *testing.T) {
 	waitEvent("nvidia.com/gpu: 0 -> 8 devices, rule gpu")
 	checkAnnotations := func(digest, resources string) {
 		t.Helper()
-		c := a.publisher.content()
+		c := sinkOf[*labeler.Sink](t, a).Published()
 		if c == nil {
 			t.Fatal("nothing published")
 		}

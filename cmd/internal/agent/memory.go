@@ -41,7 +41,7 @@ func (a *Agent) startAfterStartup(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if !waitStartupOver(ctx, clock.RealClock{}, a.manager.Ready, releaseCheckPeriod, releaseMaxWait) {
+		if !waitStartupOver(ctx, clock.RealClock{}, a.isReady, releaseCheckPeriod, releaseMaxWait) {
 			return
 		}
 		if a.cfg.ReleaseStartupPages {

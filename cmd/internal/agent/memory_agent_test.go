@@ -32,7 +32,7 @@ func TestAfterStartupOnceRegistered(t *testing.T) {
 		RediscoverInterval:  time.Hour,
 		Logger:              slog.New(records),
 		ReleaseStartupPages: true,
-		AfterStartup:        func() { afterStartup <- state{a.manager.Ready(), kubelet.Resources()} },
+		AfterStartup:        func() { afterStartup <- state{a.isReady(), kubelet.Resources()} },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -45,13 +45,13 @@ rules:
 }
 
 // serveWaitReady waits until the agent's device plugins are all
-// registered with the kubelet (deviceplugin.Manager.Ready: every resource of
-// the plan it serves has registered). Registration ends in the plugin's
+// registered with the kubelet (the agent is ready: every resource of the
+// plan they serve has registered). Registration ends in the plugin's
 // process after the kubelet's answer, so this polls.
 func serveWaitReady(t *testing.T, a *Agent) {
 	t.Helper()
 	deadline := time.Now().Add(testWait)
-	for !a.manager.Ready() {
+	for !a.isReady() {
 		if time.Now().After(deadline) {
 			t.Fatal("the device plugins never became ready")
 		}
@@ -204,7 +204,7 @@ func TestServeRefusesDRAItCannotServe(t *testing.T) {
 	kubeWaitRecord(t, records, "rules rejected", "resource example.com/a (rule a) is served through DRA, which needs an API server")
 	// The rejection is logged in the loop iteration that would have
 	// applied the plan: the device plugin of a is still there.
-	if !a.manager.Registered("example.com/a") || kubelet.Registrations("example.com/a") != 1 {
+	if !kubelet.Streaming("example.com/a") || kubelet.Registrations("example.com/a") != 1 {
 		t.Error("example.com/a's device plugin stopped for rules that DRA cannot serve")
 	}
 	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 1 {
@@ -214,7 +214,7 @@ func TestServeRefusesDRAItCannotServe(t *testing.T) {
 
 // TestServeDRATakesMPSRules: with --serve dra, a rule sharing its
 // resource with MPS makes a plan like any other (MPS is served through
-// DRA: mps.go), whether or not it says serve; the agent takes such rules
+// DRA), whether or not it says serve; the agent takes such rules
 // on a reload.
 func TestServeDRATakesMPSRules(t *testing.T) {
 	const mpsRule = "- name: h100-mps\n  devices: gpu\n  resource: example.com/h100\n  sharing: {strategy: mps, replicas: 2}\n"
@@ -246,7 +246,7 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 			if len(p.Resources) != 1 {
 				t.Fatalf("planFor gave %d resources, want 1", len(p.Resources))
 			}
-			if got := p.Resources[0].ServedBy(tt.def); got != tt.want {
+			if got := p.Resources[0].Serve; got != tt.want {
 				t.Errorf("resource served by %s, want %s", got, tt.want)
 			}
 		})
@@ -266,11 +266,11 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 	}
 	a.inv = inv
 	good := planReportRules(t, "- name: h100\n  devices: gpu\n  resource: example.com/h100\n")
-	if !a.takeRules(context.Background(), good) {
+	if !a.takeRules(good) {
 		t.Fatal("good rules refused")
 	}
 	mps := planReportRules(t, mpsRule)
-	if !a.takeRules(context.Background(), mps) {
+	if !a.takeRules(mps) {
 		t.Fatalf("MPS rules refused with --serve dra:\n%s", logs.String())
 	}
 	if a.ruleSet != mps {
@@ -295,8 +295,8 @@ func TestServeFlagValues(t *testing.T) {
 		{plan.ServeDRA, plan.ServeDRA, ""},
 		{"DRA", "", `--serve: "DRA" is not a kubelet API (use device-plugin or dra)`},
 	} {
-		cfg := Config{DefaultServe: tt.in}
-		err := checkDefaultServe(&cfg)
+		cfg := Config{DefaultServe: tt.in, Source: realishSource{}, NodeName: "n", RulesEngine: testRulesEngine(), NoDevicePlugins: true}
+		err := checkConfig(&cfg)
 		switch {
 		case tt.err != "" && (err == nil || err.Error() != tt.err):
 			t.Errorf("%q: error %v, want %s", tt.in, err, tt.err)
