@@ -98,6 +98,12 @@ func (k *Kubelet) serve() error {
 	if err != nil {
 		return fmt.Errorf("kubeletsim: listening on %s: %w", k.socket, err)
 	}
+	// Anyone may connect: a test may run the plugin as another user than
+	// the simulated kubelet.
+	if err := os.Chmod(k.socket, 0o777); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("kubeletsim: %w", err)
+	}
 	k.serveListener(ln)
 	return nil
 }
