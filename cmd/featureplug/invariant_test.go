@@ -172,8 +172,8 @@ func TestCheckRunInvariant(t *testing.T) {
 	}
 }
 
-// TestCheckRejectsWhatRunWouldRefuse checks the examples of issue 12 on
-// the generator's terms: huge replicas and invalid names are refused by
+// TestCheckRejectsWhatRunWouldRefuse checks the classic examples on the
+// generator's terms: huge replicas and invalid names are refused by
 // check.
 func TestCheckRejectsWhatRunWouldRefuse(t *testing.T) {
 	for _, file := range []string{

@@ -118,7 +118,7 @@ func checkRules(out, errOut io.Writer, files []string) error {
 		}
 		printWarnings(errOut, rs)
 		fmt.Fprintf(out, "%s: ok, %d rules (%s)\n", file, len(rs.RuleNames()), strings.Join(rs.RuleNames(), ", "))
-		if serve := rs.ServeSummary(); serve != "" { // rules that choose device-plugin or dra (issue 20)
+		if serve := rs.ServeSummary(); serve != "" { // rules that choose device-plugin or dra
 			fmt.Fprintf(out, "  %s\n", serve)
 		}
 	}

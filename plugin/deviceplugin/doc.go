@@ -1,22 +1,26 @@
-// Package plugin serves featureplug's resources to the kubelet through the
-// device-plugin API v1beta1: one gRPC server per resource name of a
-// plan.Plan, each on its own unix socket in the kubelet's device-plugin
-// directory.
+// Package deviceplugin serves featureplug's resources to the kubelet
+// through the device-plugin API v1beta1: one gRPC server per resource name
+// of a plan.Plan, each on its own unix socket in the kubelet's
+// device-plugin directory. Sink is the agent's output over it: it serves
+// the plan's resources whose API is plan.ServeDevicePlugin and that no
+// readiness gate holds back.
 //
 // A Manager owns the servers. Apply diffs a new Plan against the running one:
 // new resources get a server, removed ones lose theirs, and a changed device
 // set is pushed on the open ListAndWatch streams without re-registering.
-// Run owns the one file-system watcher on the device-plugin directory: when
-// kubelet.sock is re-created (a kubelet restart) every server registers
-// again, and a server whose own socket vanished is restarted. When the
-// directory itself is deleted, the watch moves to its nearest existing
-// ancestor and back onto the directory when it reappears ("device-plugin
-// directory removed" at WARN, "device-plugin directory is back" at INFO). A
-// periodic check (Options.WatchBackstop, a few stat calls) catches what
-// the watch misses, and does all the watching, with a WARN and
-// featureplug_plugin_watch_fallback 1, when no inotify instance can be had.
-// On start, featureplug's own sockets (featureplug-*.sock) that the plan
-// does not serve are removed; other sockets are never touched.
+// Run watches the device-plugin directory through the agent's file watcher
+// (Options.Watcher, package fswatch): after every change there, and at
+// every periodic check of the watcher, the manager looks at the directory
+// (check): when kubelet.sock was made again (a kubelet restart, told apart
+// by its inode and change time, so that a socket made again in place with
+// the old inode is seen too) every server registers again; a server whose
+// own socket vanished is restarted; when the directory itself is deleted
+// every server loses its registration ("device-plugin directory removed"
+// at WARN) and comes back with it ("device-plugin directory is back" at
+// INFO). Without an inotify instance the periodic check does all of it,
+// with featureplug_plugin_watch_fallback 1. On start, featureplug's own
+// sockets (featureplug-*.sock) that the plan does not serve are removed;
+// other sockets are never touched.
 //
 // Registration retries start at 1 ms and double (1, 2, 4, 8 ms ... up to
 // 10 s): a kubelet that has bound kubelet.sock but is not listening yet
@@ -25,20 +29,13 @@
 // logged at once; later ones are summarized at most every 30 s.
 // Manager.Ready follows the registration state: it is true while every
 // resource of the current plan is registered with the kubelet that owns
-// kubelet.sock now.
+// kubelet.sock now (compared by identity at every call, so that a kubelet
+// restart nobody has noticed yet makes it false).
 //
-// Health events from discovery mark devices Unhealthy (a whole GPU with its
-// MIG devices and replicas, or a single MIG device with its replicas); a
-// device recovers after a quiet period without new events. With
-// Options.StateDir, the unhealthy records (device, kind, XID, first and
-// last event, recovery deadline) are kept in StateDir/health.json, written
-// atomically at once when a device turns Unhealthy and at most every few
-// seconds while a storm only moves deadlines, so a restarted agent
-// advertises them Unhealthy from its first ListAndWatch until their
-// deadline. Health events are logged per device as the first event, then
-// one summary line per 10 s with counts by kind and XID; the
-// featureplug_plugin_health_events_total counter counts every event, its
-// xid label bounded to a table of known XIDs and "other".
+// Device health comes from the health tracker (Options.Health, package
+// health): an Unhealthy device is advertised Unhealthy, on every resource
+// it backs (a whole GPU with its MIG devices and replicas, or a single MIG
+// device with its replicas), and recovers when the tracker says so.
 //
 // # Request handling
 //

@@ -101,6 +101,8 @@ type server struct {
 	// instance; regID is kubelet.sock as it was at that registration.
 	registered bool
 	regID      fswatch.ID
+	// sockID is the socket file the current instance made.
+	sockID fswatch.ID
 	// gen counts restarts and kubelet losses, so a registration that
 	// raced one of them is not taken as current.
 	gen uint64
@@ -146,10 +148,15 @@ func (s *server) serve() error {
 	if err != nil {
 		return fmt.Errorf("resource %s: listening on %s: %w", s.name, s.socket, err)
 	}
+	// The socket file is removed by stop, and only while it is still the
+	// one made here: closing the listener must not remove a socket made
+	// again at the same path by someone else.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	id, _ := fswatch.Identify(s.socket)
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(maxRequestBytes))
 	pluginapi.RegisterDevicePluginServer(g, s)
 	s.mu.Lock()
-	s.grpc = g
+	s.grpc, s.sockID = g, id
 	s.mu.Unlock()
 	go func() {
 		if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -184,13 +191,19 @@ func (s *server) restart() error {
 	return nil
 }
 
-// stop ends the server for good and removes its socket.
+// stop ends the server for good and removes its socket, when it is still
+// the one it made.
 func (s *server) stop() {
 	s.cancel()
 	s.stopGRPC()
 	<-s.loopDone
-	if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("removing socket", "socket", s.socket, "err", err)
+	s.mu.RLock()
+	own := s.sockID
+	s.mu.RUnlock()
+	if id, ok := fswatch.Identify(s.socket); ok && id == own {
+		if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("removing socket", "socket", s.socket, "err", err)
+		}
 	}
 	s.log.Info("stopped device plugin")
 }

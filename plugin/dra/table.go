@@ -9,7 +9,9 @@
 //
 // A resource is served here only when its plan.Resource.Serve is
 // plan.ServeDRA; the device-plugin sink leaves such resources alone, so a
-// device is offered through exactly one API.
+// device is offered through exactly one API. Sink (the ResourceSlice and
+// the Table) and NodeSink (the kubelet-facing Node) are the agent's
+// outputs over it.
 package dra
 
 import (

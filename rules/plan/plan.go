@@ -1,9 +1,12 @@
 // Package plan is the contract between deciding and serving: the Plan that
-// the rules engine makes for one Inventory, and everything the servers of a
-// plan (device plugins, NFD publishing, MPS daemons) need to read it: the
-// resource-name validator, the caps on sizes, and the table of sharing
-// strategies. It imports nothing of featureplug but discovery, so that the
-// servers never link the rules engine (NFD's evaluator, templates, YAML).
+// the rules engine makes for one Inventory, and everything the sinks that
+// serve a plan (device plugins, DRA, the CDI spec, MPS daemons, NFD
+// publishing) need to read it: the kubelet API of each resource (resolved
+// once, WithServeDefault), what is held back (WithHeld), the
+// resource-name validator, the caps on sizes, the table of sharing
+// strategies, and when a new plan would drain the node (DrainsNode). It
+// imports nothing of featureplug but discovery, so that the sinks never
+// link the rules engine (NFD's evaluator, templates, YAML).
 package plan
 
 import "github.com/featureplug/featureplug/discovery"
