@@ -23,8 +23,6 @@ type SinkConfig struct {
 	// Labels tunes label computation; its OnDropped is chained after the
 	// sink's own report of dropped label keys.
 	Labels LabelOptions
-	// Annotations, when set, gives the NodeFeature annotations of a plan.
-	Annotations func(*plan.Plan) map[string]string
 	// Hold, when set, is waited for before the first publish (the agent:
 	// until the kubelet accepted every device-plugin resource, or a
 	// second, so that registering comes first).
@@ -42,7 +40,8 @@ type SinkConfig struct {
 
 // Sink is the agent's output of NFD features and labels: it publishes
 // each (inventory, plan) through a Loop to a NodeFeature object, a
-// feature file or stdout, and keeps the content for /debug/content. It
+// feature file or stdout, with the plan's Annotations, and keeps the
+// content for /debug/content. It
 // never refuses a plan: publishing is retried in the background. Label
 // keys that are not valid keys are left out, each logged once and
 // counted (featureplug_label_dropped_total).
@@ -118,9 +117,7 @@ func (s *Sink) Check(*discovery.Inventory, *plan.Plan) error { return nil }
 // and labels).
 func (s *Sink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Plan) error {
 	c := NewContent(inv, p, s.opts)
-	if s.c.Annotations != nil {
-		c.Annotations = s.c.Annotations(p)
-	}
+	c.Annotations = Annotations(p)
 	s.mu.Lock()
 	s.published = &c
 	s.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"github.com/featureplug/featureplug/rules"
@@ -84,7 +85,7 @@ func startAgentOnce(b *testing.B, node, rulesName string, want int) {
 		Source:      src,
 		Rules:       rulesName,
 		RulesEngine: rulesengine.New(),
-		Publish:     agent.PublishNone,
+		Publish:     labeler.PublishNone,
 		Plugin:      opts,
 		Logger:      slog.New(slog.DiscardHandler),
 	})

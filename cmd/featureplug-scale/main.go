@@ -46,6 +46,7 @@ import (
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
 	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 )
 
@@ -219,7 +220,7 @@ func newAgent(o options, base *rest.Config, i int, as *agentStatus, log *slog.Lo
 		Source:      src,
 		Rules:       o.rules,
 		RulesEngine: rulesengine.New(),
-		Publish:     agent.PublishNodeFeature,
+		Publish:     labeler.PublishNodeFeature,
 		// A simulated node has no agent Pod to own its NodeFeature.
 		Owner:              kube.OwnerConfig{Mode: kube.OwnerNode},
 		ResyncInterval:     o.resyncInterval,

@@ -10,7 +10,6 @@ import (
 
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 
-	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -18,7 +17,7 @@ import (
 )
 
 // clusterRules is a rules file read for the cluster commands, with the
-// digest the agents record for it (agent.AnnotationRulesDigest).
+// digest the agents record for it (labeler.AnnotationRulesDigest).
 type clusterRules struct {
 	rs     *rules.RuleSet
 	digest string
@@ -45,7 +44,7 @@ func loadClusterRules(ctx context.Context, r clusterReader, f *clusterFlags, nam
 		if err != nil {
 			return nil, err
 		}
-		return &clusterRules{rs: rs, digest: agent.RulesDigest(data), where: nameOrPath}, nil
+		return &clusterRules{rs: rs, digest: plan.RulesDigest(data), where: nameOrPath}, nil
 	}
 	cm, err := r.ConfigMap(ctx, f.namespace, f.configMap)
 	if err != nil {
@@ -60,7 +59,7 @@ func loadClusterRules(ctx context.Context, r clusterReader, f *clusterFlags, nam
 	if err != nil {
 		return nil, err
 	}
-	return &clusterRules{rs: rs, digest: agent.RulesDigest([]byte(data)), where: where}, nil
+	return &clusterRules{rs: rs, digest: plan.RulesDigest([]byte(data)), where: where}, nil
 }
 
 // readRulesFile reads a rules file, refusing one larger than the agent
@@ -175,11 +174,11 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 	}
 	note("%s", published.TopologyNote)
 	note("node selectors see the Node's labels; labels given to the agent itself (--node-labels) are not visible here")
-	if digest := cn.feature.Annotations[agent.AnnotationRulesDigest]; digest == "" {
-		note("the node's agent records no rules digest (%s): which rules it runs is unknown", agent.AnnotationRulesDigest)
+	if digest := cn.feature.Annotations[labeler.AnnotationRulesDigest]; digest == "" {
+		note("the node's agent records no rules digest (%s): which rules it runs is unknown", labeler.AnnotationRulesDigest)
 	} else if digest != cr.digest {
 		note("the node's agent runs other rules (%s) than these (%s %s): it serves %q",
-			digest, cr.where, cr.digest, cn.feature.Annotations[agent.AnnotationResources])
+			digest, cr.where, cr.digest, cn.feature.Annotations[labeler.AnnotationResources])
 	}
 	if np.err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to node %s:\n%w", node, np.err)}

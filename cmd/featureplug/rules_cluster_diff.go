@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 
-	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -122,7 +121,7 @@ func diffNode(cur, next *clusterRules, n *clusterNode) diffOutcome {
 	var o diffOutcome
 	var d string
 	if n.feature != nil {
-		d = n.feature.Annotations[agent.AnnotationRulesDigest]
+		d = n.feature.Annotations[labeler.AnnotationRulesDigest]
 	}
 	switch d {
 	case "":

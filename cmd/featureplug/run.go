@@ -117,7 +117,7 @@ the command line wins.`,
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration when available)")
 	fs.StringVar(&f.rules, "rules", "", "rules file, or a builtin: none, single, mixed, per-model (default: none)")
 	fs.StringToStringVar(&f.nodeLabels, "node-labels", nil, "extra node labels (k=v,...) the rules' node selectors see")
-	fs.StringVar(&f.publish, "publish", string(agent.PublishNodeFeature), "where features and labels go: nodefeature, file, stdout or none")
+	fs.StringVar(&f.publish, "publish", string(labeler.PublishNodeFeature), "where features and labels go: nodefeature, file, stdout or none")
 	fs.StringVar(&f.featuresFile, "features-file", labeler.DefaultFeatureFile, "nfd-worker feature file for --publish file")
 	fs.DurationVar(&f.resyncInterval, "resync-interval", agent.DefaultResyncInterval, "republish period (writes happen only on change)")
 	fs.DurationVar(&f.rediscoverInterval, "rediscover-interval", agent.DefaultRediscoverInterval, "GPU re-discovery period (SIGHUP re-discovers at once)")
@@ -246,7 +246,7 @@ func (f *runFlags) kubeClients() (kube.Interface, error) {
 	default:
 		cfg, err = rest.InClusterConfig()
 		if err != nil {
-			if f.publish == string(agent.PublishNodeFeature) {
+			if f.publish == string(labeler.PublishNodeFeature) {
 				return nil, fmt.Errorf("--publish nodefeature needs an API server: not in a cluster (%v) and no --kubeconfig", err)
 			}
 			return nil, nil
@@ -331,7 +331,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		RulesEngine:        rulesengine.New(),
 		DefaultServe:       plan.Serve(f.serve),
 		NodeLabels:         f.nodeLabels,
-		Publish:            agent.PublishMode(f.publish),
+		Publish:            labeler.PublishMode(f.publish),
 		FeaturesFile:       f.featuresFile,
 		Labels:             labeler.LabelOptions{Machine: machine},
 		TimestampLabel:     f.timestampLabel,
@@ -351,7 +351,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
 		DRARegistryDir:    f.draRegistryDir,
 		DRAPluginDir:      f.draPluginDir,
-		CDI:               agent.CDIConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
+		CDI:               cdi.DriverConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
 		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
 		FileCheckInterval: f.fileCheckInterval,
 		FileSettle:        f.fileSettle,

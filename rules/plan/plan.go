@@ -49,6 +49,10 @@ type Plan struct {
 	// device and its labels say <product>-MIG-INVALID, as NVIDIA's plugin
 	// and gpu-feature-discovery do.
 	SingleInvalid string `json:"singleInvalid,omitempty"`
+	// RulesDigest identifies the rules the plan came from (RulesDigest of
+	// a rules file's content, or a builtin's source, "builtin:<name>"); the
+	// agent sets it, and publishes it with what the plan serves.
+	RulesDigest string `json:"rulesDigest,omitempty"`
 	// ServeNothing says that the rules ask, explicitly, for this node to
 	// serve nothing: a plan without resources that replaces one with
 	// resources is then taken (see DrainsNode).

@@ -31,6 +31,7 @@ import (
 
 	"github.com/featureplug/featureplug/cmd/internal/events"
 	"github.com/featureplug/featureplug/cmd/internal/kube"
+	"github.com/featureplug/featureplug/cmd/internal/liveness"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fswatch"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -75,7 +76,7 @@ type Agent struct {
 	// planReport reports devices the plan leaves out (planreport.go).
 	planReport *planReport
 	// live answers /healthz.
-	live *liveness
+	live *liveness.Liveness
 	// kicks makes the rules file watch look at once (SIGHUP); gated is
 	// signalled when a gate's answer may have changed; outputs carries a
 	// sink whose watched output changed.
@@ -92,22 +93,31 @@ type Agent struct {
 	plan       *plan.Plan // the last good plan, as the rules made it
 	served     *plan.Plan // the plan the sinks serve: plan, gated
 	servedFrom *plan.Plan // the plan served was made from
-	applying   *plan.Plan // the plan being handed to the sinks
 	nodeLabels map[string]string
 	stopHealth context.CancelFunc
 	// rulesKey identifies the rules file state last handled (content hash
 	// or kind of error); rulesMissing is set while the file is lost.
 	rulesKey     string
 	rulesMissing bool
-	// explain is the served plan's rules digest and the last plan its
-	// ResourcesChanged Event described (explain.go).
-	explain explainState
+	// reported is the plan the last ResourcesChanged Event described.
+	reported *plan.Plan
 
 	// current is the latest inventory, read by the health watcher; lib
 	// the NVML of the latest discovery, read by the MPS sink.
 	current atomic.Pointer[discovery.Inventory]
 	lib     atomic.Pointer[nvmlLib]
 }
+
+// Components /healthz reports on.
+const (
+	componentLoop          = "agent loop"
+	componentHealthWatcher = "health watcher"
+	componentHealthRelay   = "device health relay"
+)
+
+// DefaultLivenessTimeout is how long the agent loop may go without a
+// heartbeat before /healthz fails.
+const DefaultLivenessTimeout = liveness.DefaultTimeout
 
 // nvmlLib boxes an nvml.Interface for an atomic pointer.
 type nvmlLib struct{ nvml.Interface }
@@ -176,7 +186,7 @@ func (a *Agent) startParts(ctx context.Context, wg *sync.WaitGroup, goRun func(s
 	wg.Go(func() {
 		a.relayHealth(ctx, a.healthCh)
 		if ctx.Err() == nil {
-			a.live.stop(componentHealthRelay, "stopped passing health events to the device plugins")
+			a.live.Stop(componentHealthRelay, "stopped passing health events to the device plugins")
 		}
 	})
 	var rulesSnaps <-chan fswatch.Snapshot
@@ -214,7 +224,7 @@ func signal(ch chan struct{}) {
 // start takes the rules and serves the first plan: register first, then
 // the health watcher and what waits for start-up to be over.
 func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup) {
-	a.live.beat(componentLoop)
+	a.live.Beat(componentLoop)
 	a.loadRules(ctx)
 	a.waitNodeLabels(ctx) // only when the rules select on them: register first
 	a.refreshNodeLabels()
@@ -230,10 +240,10 @@ func (a *Agent) loop(ctx context.Context, wg *sync.WaitGroup, errs <-chan error,
 	// A jittered period, so that agents started together drift apart.
 	ticker := time.NewTicker(wait.Jitter(a.cfg.RediscoverInterval, periodJitter))
 	defer ticker.Stop()
-	heartbeat := time.NewTicker(a.live.heartbeatInterval())
+	heartbeat := time.NewTicker(a.live.HeartbeatInterval())
 	defer heartbeat.Stop()
 	for {
-		a.live.beat(componentLoop)
+		a.live.Beat(componentLoop)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -378,7 +388,7 @@ func (a *Agent) restartHealthWatcher(ctx context.Context, wg *sync.WaitGroup) {
 	hctx, stop := context.WithCancel(ctx)
 	a.stopHealth = stop
 	w := discovery.NewHealthWatcher(a.nvml(), withLogger(a.cfg.Health, a.log.With("component", "health")))
-	a.live.running(componentHealthWatcher)
+	a.live.Running(componentHealthWatcher)
 	wg.Go(func() {
 		err := w.Run(hctx, a.current.Load, a.healthCh)
 		if hctx.Err() != nil {
@@ -389,7 +399,7 @@ func (a *Agent) restartHealthWatcher(ctx context.Context, wg *sync.WaitGroup) {
 			reason = "stopped: " + err.Error()
 		}
 		a.log.Error("health watcher stopped; devices keep their last health and /healthz fails", "err", err)
-		a.live.stop(componentHealthWatcher, reason)
+		a.live.Stop(componentHealthWatcher, reason)
 	})
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery/draattr"
+	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/plugin/mps"
@@ -68,7 +69,7 @@ func draMPSStart(t *testing.T, e *draTestEnv, root string, records kubeRecords) 
 		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet")}, StateDir: e.stateDir, HealthRecovery: time.Hour,
 		MPS: mps.Options{Root: root, ControlBinary: bin, CheckInterval: 20 * time.Millisecond, CommandTimeout: 5 * time.Second,
 			Backoff: wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 40 * time.Millisecond}},
-		CDI:                CDIConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},
+		CDI:                cdi.DriverConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},
 		DRARegistryDir:     filepath.Join(e.dir, "plugins_registry"),
 		DRAPluginDir:       filepath.Join(e.dir, "plugins", dra.DriverName),
 		RediscoverInterval: time.Hour,

@@ -25,6 +25,7 @@ import (
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
 	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -98,7 +99,7 @@ func (e *draNodeEnv) start(t *testing.T) (*Agent, kubeRecords, func()) {
 		NodeName: "n", Source: src, Rules: e.rules, RulesEngine: testRulesEngine(),
 		Kube:   kubeclientset.New(e.kube, nil),
 		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "dp")}, StateDir: e.stateDir,
-		CDI:                CDIConfig{SpecDir: filepath.Join(e.dir, "cdi"), DriverRoot: t.TempDir()},
+		CDI:                cdi.DriverConfig{SpecDir: filepath.Join(e.dir, "cdi"), DriverRoot: t.TempDir()},
 		DRARegistryDir:     e.regDir,
 		DRAPluginDir:       e.plugDir,
 		RediscoverInterval: time.Hour,

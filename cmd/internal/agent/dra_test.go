@@ -22,6 +22,7 @@ import (
 	"github.com/featureplug/featureplug/discovery/draattr"
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/discovery/statedir"
+	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -82,7 +83,7 @@ func (e *draTestEnv) start(t *testing.T, records kubeRecords) (*Agent, func()) {
 		NodeName: "n", Source: e.src, Rules: e.rules, RulesEngine: testRulesEngine(),
 		Kube:   kubeclientset.New(e.kube, nil),
 		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet")}, StateDir: e.stateDir, HealthRecovery: time.Hour,
-		CDI:                CDIConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},
+		CDI:                cdi.DriverConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},
 		DRARegistryDir:     filepath.Join(e.dir, "plugins_registry"),
 		DRAPluginDir:       filepath.Join(e.dir, "plugins", dra.DriverName),
 		RediscoverInterval: time.Hour,
@@ -256,7 +257,7 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 		{"no CDI spec directory", true, "", "resource example.com/a (rule rule-a) is served through DRA, which prepares devices as CDI devices: --cdi-spec-dir is empty"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), CDI: CDIConfig{SpecDir: tt.spec, DriverRoot: t.TempDir()},
+			cfg := Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), CDI: cdi.DriverConfig{SpecDir: tt.spec, DriverRoot: t.TempDir()},
 				Plugin: deviceplugin.Options{KubeletDir: t.TempDir()}, DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)}
 			if tt.kube {
 				cfg.Kube = kube
@@ -298,7 +299,7 @@ func TestServeDRAStartupErrors(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"no API server", Config{CDI: CDIConfig{SpecDir: t.TempDir()}}, "--serve dra publishes ResourceSlices: it needs an API server (in-cluster or --kubeconfig)"},
+		{"no API server", Config{CDI: cdi.DriverConfig{SpecDir: t.TempDir()}}, "--serve dra publishes ResourceSlices: it needs an API server (in-cluster or --kubeconfig)"},
 		{"no CDI spec directory", Config{Kube: kube}, "--serve dra prepares devices as CDI devices: --cdi-spec-dir is empty"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -313,7 +314,7 @@ func TestServeDRAStartupErrors(t *testing.T) {
 	}
 	// With both, it starts.
 	_, err = New(Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA, Kube: kube,
-		CDI: CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()}, Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
+		CDI: cdi.DriverConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()}, Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("New with an API server and a CDI spec directory: %v", err)

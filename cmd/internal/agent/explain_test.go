@@ -20,47 +20,6 @@ import (
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
-func TestResourceChanges(t *testing.T) {
-	dev := func(rule string) plan.Device { return plan.Device{Rule: rule} }
-	ts := plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2}
-	before := &plan.Plan{Resources: []plan.Resource{
-		{Name: "nvidia.com/gpu", Devices: []plan.Device{dev("gpu"), dev("gpu")}},
-		{Name: "nvidia.com/mig-1g.5gb", Devices: []plan.Device{dev("mig")}},
-		{Name: "nvidia.com/mig-3g.20gb", Devices: []plan.Device{dev("mig")}},
-	}}
-	after := &plan.Plan{Resources: []plan.Resource{
-		{Name: "example.com/a100-40gb", Devices: []plan.Device{dev("a100-by-model"), dev("a100-big"), dev("a100-by-model")}},
-		{Name: "nvidia.com/gpu", Sharing: ts, Devices: []plan.Device{dev("gpu"), dev("gpu")}},
-		{Name: "nvidia.com/mig-3g.20gb", Devices: []plan.Device{dev("mig")}},
-	}}
-	want := []string{
-		"example.com/a100-40gb: 0 -> 3 devices, rules a100-by-model, a100-big",
-		"nvidia.com/gpu: 2 -> 2 devices, sharing none -> time-slicing x2, rule gpu",
-		"nvidia.com/mig-1g.5gb: 1 -> 0 devices, rule mig",
-	}
-	if got := ResourceChanges(before, after); !reflect.DeepEqual(got, want) {
-		t.Errorf("ResourceChanges = %q, want %q", got, want)
-	}
-	if got := ResourceChanges(after, after); len(got) != 0 {
-		t.Errorf("no change gives %q", got)
-	}
-	if got := ResourceChanges(nil, before)[0]; got != "nvidia.com/gpu: 0 -> 2 devices, rule gpu" {
-		t.Errorf("first plan: %q", got)
-	}
-
-	s := FormatResources(after)
-	if s != "example.com/a100-40gb=3,nvidia.com/gpu=2,nvidia.com/mig-3g.20gb=1" {
-		t.Errorf("FormatResources = %q", s)
-	}
-	counts, err := ParseResources(s)
-	if err != nil || !reflect.DeepEqual(counts, map[string]int{"example.com/a100-40gb": 3, "nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}) {
-		t.Errorf("ParseResources(%q) = %v, %v", s, counts, err)
-	}
-	if _, err := ParseResources("a=1,b"); err == nil {
-		t.Error("ParseResources accepts a part without a count")
-	}
-}
-
 // TestResourcesChangedEvent: the agent records a Normal ResourcesChanged
 // Event on its Node for its first plan and again when a rules change
 // changes its resources, and annotates its published content with the
@@ -127,16 +86,16 @@ func TestResourcesChangedEvent(t *testing.T) {
 		if c == nil {
 			t.Fatal("nothing published")
 		}
-		want := map[string]string{AnnotationRulesDigest: digest, AnnotationResources: resources}
+		want := map[string]string{labeler.AnnotationRulesDigest: digest, labeler.AnnotationResources: resources}
 		if !reflect.DeepEqual(c.Annotations, want) {
 			t.Errorf("annotations %v, want %v", c.Annotations, want)
 		}
 	}
-	checkAnnotations(RulesDigest(first), "nvidia.com/gpu=8")
+	checkAnnotations(plan.RulesDigest(first), "nvidia.com/gpu=8")
 
 	if err := os.WriteFile(rulesPath, second, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent("example.com/h100: 0 -> 8 devices, rule h100; nvidia.com/gpu: 8 -> 0 devices, rule gpu")
-	checkAnnotations(RulesDigest(second), "example.com/h100=8")
+	checkAnnotations(plan.RulesDigest(second), "example.com/h100=8")
 }

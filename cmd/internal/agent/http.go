@@ -26,7 +26,7 @@ func (a *Agent) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := a.live.check(); err != nil {
+		if err := a.live.Check(); err != nil {
 			http.Error(w, "not live: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 )
@@ -24,7 +25,7 @@ func TestPublishHeldUntilRegistered(t *testing.T) {
 	records := make(kubeRecords, 4096)
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
-		Publish: PublishFile, FeaturesFile: features,
+		Publish: labeler.PublishFile, FeaturesFile: features,
 		Plugin:             deviceplugin.Options{KubeletDir: dir},
 		RediscoverInterval: time.Hour,
 		PublishHold:        time.Hour,

@@ -147,7 +147,8 @@ func (a *Agent) reportApplyError(err error) {
 }
 
 // planFor makes the plan of rs for the current inventory and node labels,
-// with the kubelet API of every resource resolved: the agent's default
+// stamped with the digest of rs, with the kubelet API of every resource
+// resolved: the agent's default
 // (--serve) fills in those whose rules do not choose, so that every sink
 // reads plan.Resource.Serve.
 func (a *Agent) planFor(rs RuleSet) (*plan.Plan, error) {
@@ -155,6 +156,7 @@ func (a *Agent) planFor(rs RuleSet) (*plan.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.RulesDigest = rulesDigestOf(rs)
 	return p.WithServeDefault(a.cfg.DefaultServe), nil
 }
 

@@ -16,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
+	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"github.com/featureplug/featureplug/rules"
@@ -92,7 +93,7 @@ func TestServeSplitsResourcesByAPI(t *testing.T) {
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(),
 		Kube:               kubeclientset.New(kube, nil),
 		Plugin:             deviceplugin.Options{KubeletDir: kubeletDir},
-		CDI:                CDIConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
+		CDI:                cdi.DriverConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
 		FileCheckInterval:  50 * time.Millisecond,
@@ -182,7 +183,7 @@ func TestServeRefusesDRAItCannotServe(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(),
 		Plugin:             deviceplugin.Options{KubeletDir: dir},
-		CDI:                CDIConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
+		CDI:                cdi.DriverConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
 		FileCheckInterval:  50 * time.Millisecond,
@@ -258,7 +259,7 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 		NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA,
 		Kube:   kubeclientset.New(kubefake.NewClientset(), nil),
 		Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
-		CDI:    CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()},
+		CDI:    cdi.DriverConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {

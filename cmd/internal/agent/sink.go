@@ -119,7 +119,6 @@ var errRefused = errors.New("refused")
 // apply it leaves the sinks after it on the last good plan (a.served), so
 // that what is published is what is served.
 func (a *Agent) serve(ctx context.Context, p *plan.Plan) error {
-	a.applying = p
 	gated := a.gate(p)
 	if err := a.check(gated); err != nil {
 		return err

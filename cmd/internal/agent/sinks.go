@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"time"
 
@@ -15,9 +14,9 @@ import (
 
 	"github.com/featureplug/featureplug/cmd/internal/events"
 	"github.com/featureplug/featureplug/cmd/internal/kube"
+	"github.com/featureplug/featureplug/cmd/internal/liveness"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fswatch"
-	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/discovery/statedir"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin/cdi"
@@ -31,17 +30,6 @@ import (
 // This file is the agent's construction: the one place that knows the
 // concrete sinks. The loop (agent.go) sees them only through the Sink
 // contract and its optional capabilities (sink.go).
-
-// PublishMode says where features and labels go.
-type PublishMode string
-
-// Publish modes.
-const (
-	PublishNodeFeature PublishMode = "nodefeature"
-	PublishFile        PublishMode = "file"
-	PublishStdout      PublishMode = "stdout"
-	PublishNone        PublishMode = "none"
-)
 
 // Defaults of the agent's intervals.
 const (
@@ -104,7 +92,7 @@ type Config struct {
 	// to the Node object's labels (when Kube is set).
 	NodeLabels map[string]string
 	// Publish says where features and labels go.
-	Publish PublishMode
+	Publish labeler.PublishMode
 	// FeaturesFile is the nfd-worker feature file for PublishFile.
 	FeaturesFile string
 	// Labels tunes label computation.
@@ -132,9 +120,11 @@ type Config struct {
 	// MPS configures the MPS control daemons of MPS-shared resources. Its
 	// Logger, Registerer, ComputeMode and OnChange are set by the agent.
 	MPS mps.Options
-	// CDI configures the CDI spec written with a CDI device-list
-	// strategy, and for the devices served through DRA.
-	CDI CDIConfig
+	// CDI says where the CDI spec written with a CDI device-list strategy
+	// (and for the devices served through DRA) goes and where the driver
+	// its edits come from is; its vendor/class is Plugin.CDIKind and its
+	// device names follow Plugin.DeviceIDStrategy.
+	CDI cdi.DriverConfig
 	// DRARegistryDir and DRAPluginDir are where the kubelet-facing DRA
 	// driver makes its registration socket and its DRA service socket
 	// (the command line's defaults are dra.DefaultRegistryDir and
@@ -187,29 +177,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// CDIConfig configures the CDI spec the agent writes while a CDI
-// device-list strategy (cdi-annotations, cdi-cri) is on, so that the CDI
-// names Allocate returns resolve, and for the devices served through DRA.
-// Its vendor/class is Plugin.CDIKind and its device names follow
-// Plugin.DeviceIDStrategy.
-type CDIConfig struct {
-	// SpecDir is the directory the spec is written to (default
-	// cdi.DefaultSpecDir, /var/run/cdi).
-	SpecDir string
-	// DriverRoot is the root of the driver installation NVIDIA's nvcdi
-	// reads on real hardware (default "/"). With a fake node, it is where
-	// the fake driver root is laid out when set; otherwise a temporary
-	// directory is, and removed when the agent stops.
-	DriverRoot string
-	// HostDriverRoot is where DriverRoot is on the host, for the spec's
-	// host paths: "/" when the agent sees the host's root at DriverRoot
-	// (default: DriverRoot, mounted at the same path). Real GPUs only.
-	HostDriverRoot string
-	// HookPath is the nvidia-cdi-hook that the real specs' hooks run
-	// (default: nvcdi's /usr/bin/nvidia-cdi-hook).
-	HookPath string
-}
-
 // New checks the configuration and builds the agent's parts. Nothing runs
 // until Run.
 func New(cfg Config) (*Agent, error) {
@@ -221,7 +188,7 @@ func New(cfg Config) (*Agent, error) {
 		log:      cfg.Logger,
 		registry: prometheus.NewRegistry(),
 		healthCh: make(chan discovery.HealthEvent, 64),
-		live:     newLiveness(nil, cfg.LivenessTimeout),
+		live:     liveness.New(nil, cfg.LivenessTimeout),
 		kicks:    make(chan struct{}, 1),
 		gated:    make(chan struct{}, 1),
 		outputs:  make(chan Restorer, 8),
@@ -235,7 +202,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "featureplug_loop_heartbeat_age_seconds",
 		Help: "Seconds since the agent loop last made progress; /healthz fails past --liveness-timeout.",
-	}, func() float64 { return a.live.heartbeatAge(componentLoop).Seconds() })); err != nil {
+	}, func() float64 { return a.live.HeartbeatAge(componentLoop).Seconds() })); err != nil {
 		return nil, err
 	}
 	watch := fswatch.Options{Interval: cfg.FileCheckInterval, Settle: cfg.FileSettle, Logger: cfg.Logger.With("component", "watch")}
@@ -286,7 +253,7 @@ func checkConfig(cfg *Config) error {
 		cfg.RediscoverInterval = DefaultRediscoverInterval
 	}
 	if cfg.Publish == "" {
-		cfg.Publish = PublishNone
+		cfg.Publish = labeler.PublishNone
 	}
 	if cfg.HealthRecovery < 0 {
 		return fmt.Errorf("--health-recovery: %v is negative (0 disables recovery)", cfg.HealthRecovery)
@@ -423,29 +390,11 @@ func (b *builder) newCDISink(draOnly bool) (*cdi.Sink, error) {
 	if draOnly {
 		c.Only = plan.ServeDRA
 	}
-	switch src := a.cfg.Source.(type) {
-	case *gpusource.Fake:
-		dir := a.cfg.CDI.DriverRoot
-		if dir == "" || dir == "/" {
-			tmp, err := os.MkdirTemp("", "featureplug-fake-driver-root-")
-			if err != nil {
-				return nil, fmt.Errorf("fake driver root: %w", err)
-			}
-			dir = tmp
-			c.Cleanup = func() { _ = os.RemoveAll(tmp) }
-		}
-		c.Generator = cdi.FakeRoot{Dir: dir, Layout: func(dir string) error { return src.Node().WriteDriverRoot(dir) }}
-		log.Info("CDI specs come from a fake driver root", "driverRoot", dir)
-	case *gpusource.Real:
-		gen, err := cdi.NewNVCDIGenerator(cdi.NVCDIOptions{NVML: src.NVML(), DriverRoot: a.cfg.CDI.DriverRoot,
-			HostDriverRoot: a.cfg.CDI.HostDriverRoot, HookPath: a.cfg.CDI.HookPath, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		c.Generator = gen
-	default:
-		return nil, fmt.Errorf("CDI specs: GPU source %T has no driver root", a.cfg.Source)
+	gen, cleanup, err := cdi.NewGenerator(a.cfg.Source, a.cfg.CDI, log)
+	if err != nil {
+		return nil, err
 	}
+	c.Generator, c.Cleanup = gen, cleanup
 	return cdi.NewSink(c)
 }
 
@@ -509,7 +458,7 @@ func (b *builder) publishSink() (Sink, error) {
 		return nil, err
 	}
 	c := labeler.SinkConfig{
-		Publisher: pub, Labels: a.cfg.Labels, Annotations: a.planAnnotations,
+		Publisher: pub, Labels: a.cfg.Labels,
 		Resync: a.cfg.ResyncInterval, ResyncJitter: periodJitter, Timestamp: a.cfg.TimestampLabel,
 		Backoff: retryBackoff(time.Second), Logger: a.log.With("component", "publish"), Registerer: a.registry,
 	}
@@ -527,33 +476,14 @@ func (b *builder) publishSink() (Sink, error) {
 }
 
 func (a *Agent) newPublisher() (labeler.Publisher, error) {
-	log := a.log.With("component", "publish")
-	switch a.cfg.Publish {
-	case PublishNodeFeature:
-		if a.cfg.Kube == nil {
-			return nil, errors.New("--publish nodefeature needs an API server (in-cluster or --kubeconfig)")
-		}
-		if a.cfg.Namespace == "" {
-			return nil, errors.New("--publish nodefeature: --namespace is empty (set it or POD_NAMESPACE)")
-		}
-		owners, err := kube.OwnerResolver(a.cfg.Namespace, a.cfg.Owner, log)
+	c := labeler.PublisherConfig{Mode: a.cfg.Publish, NodeName: a.cfg.NodeName, Namespace: a.cfg.Namespace,
+		FeaturesFile: a.cfg.FeaturesFile, Stdout: a.cfg.Stdout, Logger: a.log.With("component", "publish")}
+	if a.cfg.Publish == labeler.PublishNodeFeature && a.cfg.Kube != nil && a.cfg.Namespace != "" {
+		owners, err := kube.OwnerResolver(a.cfg.Namespace, a.cfg.Owner, c.Logger)
 		if err != nil {
 			return nil, err
 		}
-		return labeler.NewNodeFeaturePublisher(labeler.NodeFeatureConfig{
-			NodeName: a.cfg.NodeName, Namespace: a.cfg.Namespace, NFD: a.cfg.Kube.NodeFeatures, Node: a.nodes.Get,
-			Owners: owners, Logger: log,
-		})
-	case PublishFile:
-		return labeler.NewFilePublisher(labeler.FileConfig{Path: a.cfg.FeaturesFile, Logger: log})
-	case PublishStdout:
-		if a.cfg.Stdout == nil {
-			return nil, errors.New("--publish stdout: no output")
-		}
-		return labeler.NewWriterPublisher(a.cfg.Stdout, labeler.FormatLabels)
-	case PublishNone:
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("--publish: %q is not a mode (use nodefeature, file, stdout or none)", a.cfg.Publish)
+		c.NFD, c.Node, c.Owners = a.cfg.Kube.NodeFeatures, a.nodes.Get, owners
 	}
+	return labeler.NewPublisher(c)
 }
