@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
@@ -205,8 +207,8 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 	if digest := cn.feature.Annotations[agent.AnnotationRulesDigest]; digest == "" {
 		note("the node's agent records no rules digest (%s): which rules it runs is unknown", agent.AnnotationRulesDigest)
 	} else if digest != cr.digest {
-		note("the node's agent runs other rules (%s) than these (%s %s): it serves %q",
-			digest, cr.where, cr.digest, cn.feature.Annotations[agent.AnnotationResources])
+		note("the node's agent runs other rules (%s) than these (%s %s): it serves %s",
+			digest, cr.where, cr.digest, servedSummary(cn.feature.Annotations))
 	}
 	if np.err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to node %s:\n%w", node, np.err)}
@@ -220,4 +222,27 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 		}
 	}
 	return printExplanation(out, errOut, format, cr.rs, np.plan, nil)
+}
+
+// servedSummary says what a NodeFeature's resources annotation records,
+// for people: "example.com/a100 (4 devices), nvidia.com/gpu (8 devices,
+// through dra)".
+func servedSummary(annotations map[string]string) string {
+	value, ok := annotations[labeler.AnnotationResources]
+	if !ok {
+		return "what, it does not record"
+	}
+	s, err := labeler.ParseServed(value)
+	if err != nil {
+		return strconv.Quote(value)
+	}
+	if len(s.Resources) == 0 {
+		return "nothing"
+	}
+	parts := make([]string, len(s.Resources))
+	for i := range s.Resources {
+		r := newDiffResource(&s.Resources[i], s.CountsOnly)
+		parts[i] = s.Resources[i].Name + " (" + r.describe() + ")"
+	}
+	return strings.Join(parts, ", ")
 }

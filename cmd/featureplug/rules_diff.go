@@ -273,6 +273,9 @@ func (d *diffRun) readConfigMap(ctx context.Context, r clusterReader, f *cluster
 	}
 	if err != nil {
 		rep.ConfigMap.Error = err.Error()
+		if apierrors.IsNotFound(err) {
+			rep.ConfigMap.Error = "not found"
+		}
 		return nil
 	}
 	rep.ConfigMap.Digest = cr.digest

@@ -27,7 +27,7 @@ func writeDiff(w io.Writer, rep *diffReport) error {
 	}
 	if cm := rep.ConfigMap; cm != nil && rep.Baseline != "rules" {
 		if cm.Error != "" {
-			fmt.Fprintf(&b, "ConfigMap: %s not read: %s\n", cm.Name, cm.Error)
+			fmt.Fprintf(&b, "ConfigMap: %s: %s\n", cm.Name, cm.Error)
 		} else {
 			fmt.Fprintf(&b, "ConfigMap: %s %s (%s)\n", cm.Name, cm.Key, cm.Digest)
 		}

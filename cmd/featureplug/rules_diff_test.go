@@ -571,3 +571,25 @@ func BenchmarkRulesDiff1000(b *testing.B) {
 		}
 	}
 }
+
+func TestServedSummary(t *testing.T) {
+	p := &plan.Plan{Resources: []plan.Resource{
+		{Name: "example.com/a100", Devices: []plan.Device{{Index: "0"}, {Index: "1"}}},
+		{Name: "nvidia.com/gpu", Serve: plan.ServeDRA, Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2}, Devices: []plan.Device{{Index: "2"}}},
+	}}
+	for _, tc := range []struct {
+		annotations map[string]string
+		want        string
+	}{
+		{map[string]string{labeler.AnnotationResources: labeler.NewServed(p, plan.ServeDevicePlugin).String()},
+			"example.com/a100 (2 devices), nvidia.com/gpu (1 device, time-slicing x2, through dra)"},
+		{map[string]string{labeler.AnnotationResources: "example.com/a100=2"}, "example.com/a100 (2 devices)"},
+		{map[string]string{labeler.AnnotationResources: ""}, "nothing"},
+		{map[string]string{labeler.AnnotationResources: "a=x"}, `"a=x"`},
+		{nil, "what, it does not record"},
+	} {
+		if got := servedSummary(tc.annotations); got != tc.want {
+			t.Errorf("servedSummary(%v) = %q, want %q", tc.annotations, got, tc.want)
+		}
+	}
+}
