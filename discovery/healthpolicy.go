@@ -407,3 +407,25 @@ func (h HealthHold) Ended(now time.Time, bootID string) bool {
 	}
 	return true
 }
+
+// ResolutionDefault returns the default effect of a catalog resolution's
+// XIDs and why ("" for ResolutionNone: the unknown-XID effect applies).
+func ResolutionDefault(r XIDResolution) (HealthEffect, string) {
+	for _, re := range xidResolutionEffects {
+		if re.resolution == r {
+			return re.effect, re.why
+		}
+	}
+	return DefaultUnknownXIDEffect, "not a resolution of the catalog"
+}
+
+// EventDefault returns the default effect of a kind of health event and
+// why ("" for the kinds whose events decide: XIDs, recovery actions).
+func EventDefault(kind HealthEventKind) (HealthEffect, string) {
+	for _, ke := range eventKindEffects {
+		if ke.kind == kind {
+			return ke.effect, ke.why
+		}
+	}
+	return DefaultUnknownXIDEffect, "not a kind of health event"
+}
