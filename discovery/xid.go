@@ -3,6 +3,8 @@ package discovery
 import (
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 )
 
 // XIDResolution is the immediate action NVIDIA's XID catalog gives an XID
@@ -97,4 +99,23 @@ func XIDResolutions() []XIDResolution {
 // KnownResolution reports whether r is a resolution of the catalog.
 func KnownResolution(r XIDResolution) bool {
 	return slices.ContainsFunc(xidResolutionEffects[:], func(e resolutionEffect) bool { return e.resolution == r })
+}
+
+// FormatXIDs writes sorted XIDs as ranges, "8, 11, 25-32", for tables and
+// explanations.
+func FormatXIDs(xids []uint64) string {
+	var parts []string
+	for i := 0; i < len(xids); {
+		j := i
+		for j+1 < len(xids) && xids[j+1] == xids[j]+1 {
+			j++
+		}
+		part := strconv.FormatUint(xids[i], 10)
+		if j > i {
+			part += "-" + strconv.FormatUint(xids[j], 10)
+		}
+		parts = append(parts, part)
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
 }

@@ -74,7 +74,7 @@ func healthTables() []byte {
 		fmt.Fprintf(&b, "| %d | `%s` | %s | %s | `%s` | %s |\n", e.XID, strings.ReplaceAll(e.Mnemonic, " / ", "` / `"), e.Description, resolution, effect, nvidiaPlugin(e.XID))
 	}
 	effect, _ := discovery.HealthPolicy{}.XIDEffect(unused[0])
-	fmt.Fprintf(&b, "| %s | | unused: no supported GPU reports them | `CONTACT_SUPPORT` | `%s` | unhealthy until it restarts |\n", ranges(unused), effect)
+	fmt.Fprintf(&b, "| %s | | unused: no supported GPU reports them | `CONTACT_SUPPORT` | `%s` | unhealthy until it restarts |\n", discovery.FormatXIDs(unused), effect)
 	return b.Bytes()
 }
 
@@ -85,23 +85,6 @@ func nvidiaPlugin(xid uint64) string {
 		return "ignored"
 	}
 	return "unhealthy until it restarts"
-}
-
-func ranges(xids []uint64) string {
-	var parts []string
-	for i := 0; i < len(xids); {
-		j := i
-		for j+1 < len(xids) && xids[j+1] == xids[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, fmt.Sprint(xids[i]))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", xids[i], xids[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ", ")
 }
 
 // TestReliabilityHealthTables fails when docs/reliability.md's health

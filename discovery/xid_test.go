@@ -99,3 +99,16 @@ func TestXIDCatalogAskedAbout(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatXIDs(t *testing.T) {
+	for _, tt := range []struct {
+		xids []uint64
+		want string
+	}{
+		{nil, ""}, {[]uint64{8}, "8"}, {[]uint64{8, 11, 25, 26, 27, 31}, "8, 11, 25-27, 31"}, {[]uint64{1, 2}, "1-2"},
+	} {
+		if got := discovery.FormatXIDs(tt.xids); got != tt.want {
+			t.Errorf("FormatXIDs(%v) = %q, want %q", tt.xids, got, tt.want)
+		}
+	}
+}

@@ -81,7 +81,7 @@ func NewHealthView(p *plan.Plan) HealthView {
 	}
 	for _, r := range discovery.XIDResolutions() {
 		effect, from := policy.ResolutionEffect(r)
-		v.Resolutions = append(v.Resolutions, HealthViewResolution{Resolution: r, HealthViewEffect: HealthViewEffect{effect, from}, XIDs: xidRanges(byResolution[r])})
+		v.Resolutions = append(v.Resolutions, HealthViewResolution{Resolution: r, HealthViewEffect: HealthViewEffect{effect, from}, XIDs: discovery.FormatXIDs(byResolution[r])})
 	}
 	effect, from := policy.XIDEffect(0) // not in the catalog
 	v.UnknownXID = HealthViewEffect{effect, from}
@@ -110,24 +110,6 @@ func NewHealthView(p *plan.Plan) HealthView {
 		v.Events = append(v.Events, ev)
 	}
 	return v
-}
-
-// xidRanges writes sorted XIDs as ranges: "8, 11, 25-32".
-func xidRanges(xids []uint64) string {
-	var parts []string
-	for i := 0; i < len(xids); {
-		j := i
-		for j+1 < len(xids) && xids[j+1] == xids[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, fmt.Sprint(xids[i]))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", xids[i], xids[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ", ")
 }
 
 // WriteHealthView writes a node's effective health policy for people, as
