@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
@@ -139,7 +140,21 @@ func (d *diffRun) sides(n *clusterNode) (*nodeSides, string) {
 		s.warnings = append(s.warnings, fmt.Sprintf("its agent does not record its --serve: resources whose rules do not choose are taken as served through %s", def))
 	}
 	s.devices = inventoryDevices(rebuilt.Inventory, s.afterPlan, curPlan)
+	for i, w := range s.warnings {
+		s.warnings[i] = s.withoutUUIDs(w)
+	}
 	return s, ""
+}
+
+// withoutUUIDs drops the node's device UUIDs, as messages write them
+// ("GPU 0 NVIDIA H100 (GPU-...)"), from a message about the node, so that
+// nodes of one kind with the same message share an outcome; -o json lists
+// the UUIDs.
+func (s *nodeSides) withoutUUIDs(msg string) string {
+	for _, d := range s.devices {
+		msg = strings.ReplaceAll(msg, " ("+d.uuid+")", "")
+	}
+	return msg
 }
 
 // runs names the rules a node runs by the digest its agent records.
@@ -201,7 +216,7 @@ func (d *diffRun) outcome(s *nodeSides, classes *diffClasses) nodeOutcome {
 	n := nodeOutcome{name: s.name, o: diffOutcome{Runs: s.runs, Digest: s.digest, Warnings: s.warnings}}
 	o := &n.o
 	if s.afterErr != nil {
-		o.Error = s.afterErr.Error()
+		o.Error = s.withoutUUIDs(s.afterErr.Error())
 		o.Blocked = true
 		return n
 	}
@@ -236,7 +251,7 @@ func (d *diffRun) outcome(s *nodeSides, classes *diffClasses) nodeOutcome {
 		idx := byUUID[p.Device]
 		dev := s.devices[idx]
 		o.Problems = append(o.Problems, diffDevice{Index: idx, Kind: dev.kind, Profile: dev.profile, Description: p.Description,
-			Rule: p.Rule, Resource: p.Resource, Message: p.Message})
+			Rule: p.Rule, Resource: p.Resource, Message: s.withoutUUIDs(p.Message)})
 		n.uuids = append(n.uuids, p.Device)
 	}
 	o.Blocked = o.blocked(&d.policy)

@@ -410,6 +410,11 @@ func TestRulesDiffFailures(t *testing.T) {
 	if !strings.Contains(rep.Error, "the rules fail on 2 nodes") {
 		t.Errorf("error %q", rep.Error)
 	}
+	// Messages that name devices by UUID do not split nodes of one kind.
+	many := diffJSON(t, diffTestCluster(t, 4*len(diffTestKinds)), diffExitBlocked, "--rules", big)
+	if len(many.Groups) > len(diffTestKinds) || !strings.Contains(many.groupOf(t, "node-0000").Error, "GPU 4 NVIDIA A100-SXM4-40GB: per-replica limit") {
+		t.Errorf("%d groups for %d kinds of node: %s", len(many.Groups), len(diffTestKinds), diffDump(many.Groups))
+	}
 
 	badName := diffTestRules(t, "badname.yaml", "- name: gpu\n  devices: gpu\n  resource: 'example.com/{{ .product }}'\n")
 	g := diffJSON(t, r, diffExitBlocked, "--rules", badName).groupOf(t, "h100")
