@@ -46,6 +46,12 @@ type Plan struct {
 	// device and its labels say <product>-MIG-INVALID, as NVIDIA's plugin
 	// and gpu-feature-discovery do.
 	SingleInvalid string `json:"singleInvalid,omitempty"`
+	// ServeNothing is set when the rules file says, with its top-level
+	// serveNothing field, that the node is meant to serve no resource.
+	// Only then is a plan without resources intended: without it, such a
+	// plan is an accident (an emptied or truncated rules file), and an
+	// agent serving resources keeps its last good plan instead.
+	ServeNothing bool `json:"serveNothing,omitempty"`
 }
 
 // NVIDIA's MIG strategies, the values of Plan.MIGStrategy.
