@@ -59,8 +59,9 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 
 	pl := newPlanner(rs, nodeMiss)
 	plan := &plan.Plan{
-		Decisions: make([]plan.Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()),
-		Links:     cloneLinks(inv.Links),
+		Decisions:    make([]plan.Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()),
+		Links:        cloneLinks(inv.Links),
+		ServeNothing: rs.serveNothing,
 	}
 	visitTargets(inv, func(t *target) {
 		plan.Decisions = append(plan.Decisions, pl.decide(t))
