@@ -6,7 +6,11 @@
 // servers never link the rules engine (NFD's evaluator, templates, YAML).
 package plan
 
-import "github.com/featureplug/featureplug/discovery"
+import (
+	"fmt"
+
+	"github.com/featureplug/featureplug/discovery"
+)
 
 // DeviceKind is what a rule can claim.
 type DeviceKind string
@@ -210,4 +214,28 @@ func (p *Plan) Resource(name string) (*Resource, bool) {
 		}
 	}
 	return nil, false
+}
+
+// CheckServes returns an error when p advertises no device of a node that
+// has some and its rules do not say ServeNothing: a plan that, taken by an
+// agent serving resources, would withdraw every one of them, which is
+// what an emptied or truncated rules file looks like. It is nil for a
+// plan that advertises a device, a ServeNothing plan, and a node without
+// devices.
+func (p *Plan) CheckServes() error {
+	if p == nil || p.ServeNothing || len(p.Decisions) == 0 {
+		return nil
+	}
+	for i := range p.Resources {
+		if len(p.Resources[i].Devices) > 0 {
+			return nil
+		}
+	}
+	why := "no rule claims any of them"
+	if n := len(p.Problems); n > 0 {
+		why = fmt.Sprintf("%d are left out by their rules", n)
+	}
+	return fmt.Errorf("the plan serves no device: none of the node's %d GPUs and MIG devices goes to a resource (%s); "+
+		"an agent serving resources keeps its last good plan rather than withdraw them all, and a rules file meant to serve nothing says serveNothing: true",
+		len(p.Decisions), why)
 }
