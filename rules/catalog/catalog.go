@@ -6,7 +6,9 @@
 //
 // The nodes are every bundled fake node (discovery/fakenode) as it is, and,
 // per catalog product, synthetic nodes holding one whole GPU and one GPU per
-// MIG profile (+me profiles included) and compute instance size.
+// MIG profile (+me profiles included) and compute instance size; for the
+// caps, these stand for the largest node of the product (fakenode.MaxGPUs
+// GPUs, each with as many MIG devices of a kind as one GPU holds).
 package catalog
 
 import (
