@@ -146,8 +146,8 @@ var invariantLabels = []map[string]string{nil, {"pool": "p0"}, {"pool": "p1"}}
 
 // genNode writes a random fake node of 1 to fakenode.MaxGPUs GPUs: runs of
 // GPUs of one catalog product, each whole or in a random MIG layout, and
-// returns its inventory (nil when the layout does not fit and the node is
-// skipped).
+// returns it as a CheckNode whose name carries the file, for failure
+// messages (nil when the layout does not fit and the node is skipped).
 func genNode(t *testing.T, r *rand.Rand, i int) *rules.CheckNode {
 	products := fakenode.Products()
 	spec := fakenode.Spec{Name: fmt.Sprintf("random-%d", i), DriverVersion: "570.86.15", CUDAVersion: "12.8"}
@@ -195,6 +195,17 @@ func genNode(t *testing.T, r *rand.Rand, i int) *rules.CheckNode {
 		t.Fatalf("discovering %s: %v", spec.Name, err)
 	}
 	return &rules.CheckNode{Name: "fake node " + spec.Name + "\n" + string(data), Inventory: inv}
+}
+
+// genNodes returns count random nodes (genNode) that keep accepts.
+func genNodes(t *testing.T, r *rand.Rand, count int, keep func(*rules.CheckNode) bool) []*rules.CheckNode {
+	var nodes []*rules.CheckNode
+	for i := 0; len(nodes) < count; i++ {
+		if n := genNode(t, r, i); n != nil && keep(n) {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes
 }
 
 // runVerdict is what `run` does with rules on a node: the plan it would
@@ -310,12 +321,7 @@ func TestCheckRunInvariant(t *testing.T) {
 		iterations = 50
 	}
 	r := rand.New(rand.NewPCG(12, 2026))
-	var nodes []*rules.CheckNode
-	for i := 0; len(nodes) < 24; i++ {
-		if n := genNode(t, r, i); n != nil {
-			nodes = append(nodes, n)
-		}
-	}
+	nodes := genNodes(t, r, 24, func(*rules.CheckNode) bool { return true })
 	accepted := 0
 	for i := range iterations {
 		// Six random nodes a file, from a pool so that nodes are not
@@ -378,12 +384,7 @@ func TestCheckRunInvariantCaps(t *testing.T) {
 		iterations = 30
 	}
 	r := rand.New(rand.NewPCG(7, 2026))
-	var nodes []*rules.CheckNode
-	for i := 0; len(nodes) < 12; i++ {
-		if n := genNode(t, r, i); n != nil && len(n.Inventory.GPUs) == fakenode.MaxGPUs {
-			nodes = append(nodes, n)
-		}
-	}
+	nodes := genNodes(t, r, 12, func(n *rules.CheckNode) bool { return len(n.Inventory.GPUs) == fakenode.MaxGPUs })
 	accepted := 0
 	for range iterations {
 		if checkInvariant(t, genCapRules(r), nodes) {
