@@ -24,6 +24,8 @@ type fileSpec struct {
 	// rules. Without it, a file with no rules is an error, since an
 	// emptied or truncated file looks the same.
 	ServeNothing bool `json:"serveNothing,omitempty"`
+	// Health is the health policy per node pool (health.go).
+	Health []healthSpec `json:"health,omitempty"`
 }
 
 // ruleSpec is one rule as written.
