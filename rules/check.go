@@ -25,9 +25,11 @@ import (
 //     selector selected the node and no earlier rule claimed the device, the
 //     caps on the largest node each product makes, and the plans of the
 //     bundled nodes under every node-label set the rules' selectors ask for.
-//     What passes there passes on any node the catalog can make, except that
-//     a plan may serve nothing on a node the rules do not aim at (which only
-//     CheckOn can tell).
+//     What passes there is served in full on any node the catalog can make,
+//     but for two verdicts that depend on the node alone and only CheckOn
+//     can tell: a plan that serves nothing on a node the rules do not aim
+//     at, and the single strategy refusing a node whose MIG devices are not
+//     uniform.
 
 // CheckOn plans rs on one node exactly as the agent does, with Plan and the
 // node's labels, and returns the plan with every reason the agent would
