@@ -208,7 +208,7 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 		note("the node's agent records no rules digest (%s): which rules it runs is unknown", agent.AnnotationRulesDigest)
 	} else if digest != cr.digest {
 		note("the node's agent runs other rules (%s) than these (%s %s): it serves %s",
-			digest, cr.where, cr.digest, servedSummary(cn.feature.Annotations))
+			digest, cr.where, cr.digest, recordedServed(cn.feature.Annotations))
 	}
 	if np.err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to node %s:\n%w", node, np.err)}
@@ -227,10 +227,10 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 	return printExplanation(out, errOut, format, cr.rs, np.plan, nil)
 }
 
-// servedSummary says what a NodeFeature's resources annotation records,
+// recordedServed says what a NodeFeature's resources annotation records,
 // for people: "example.com/a100 (4 devices), nvidia.com/gpu (8 devices,
 // through dra)".
-func servedSummary(annotations map[string]string) string {
+func recordedServed(annotations map[string]string) string {
 	value, ok := annotations[labeler.AnnotationResources]
 	if !ok {
 		return "what, it does not record"

@@ -577,7 +577,7 @@ func BenchmarkRulesDiff1000(b *testing.B) {
 	}
 }
 
-func TestServedSummary(t *testing.T) {
+func TestRecordedServed(t *testing.T) {
 	p := &plan.Plan{Resources: []plan.Resource{
 		{Name: "example.com/a100", Devices: []plan.Device{{Index: "0"}, {Index: "1"}}},
 		{Name: "nvidia.com/gpu", Serve: plan.ServeDRA, Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2}, Devices: []plan.Device{{Index: "2"}}},
@@ -593,8 +593,8 @@ func TestServedSummary(t *testing.T) {
 		{map[string]string{labeler.AnnotationResources: "a=x"}, `"a=x"`},
 		{nil, "what, it does not record"},
 	} {
-		if got := servedSummary(tc.annotations); got != tc.want {
-			t.Errorf("servedSummary(%v) = %q, want %q", tc.annotations, got, tc.want)
+		if got := recordedServed(tc.annotations); got != tc.want {
+			t.Errorf("recordedServed(%v) = %q, want %q", tc.annotations, got, tc.want)
 		}
 	}
 }
