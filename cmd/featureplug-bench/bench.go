@@ -155,10 +155,6 @@ type Round struct {
 	// calls.
 	MemoryStart Memory `json:"memoryStart"`
 	MemoryLoad  Memory `json:"memoryLoad"`
-	// Release is what the agent logged of releasing its binary's
-	// start-up pages; nil when it logged nothing of it (an older binary,
-	// or --release-startup-pages=false).
-	Release *Release `json:"release,omitempty"`
 	// Idle is the CPU the agent used while nothing happened.
 	Idle Idle `json:"idle"`
 	// Quiet is the no-change publishing check.
@@ -406,9 +402,6 @@ func (b *bench) round(ctx context.Context, index int) (r Round, err error) {
 		return r, err
 	}
 	if err := b.restarts(ctx, s, &r); err != nil {
-		return r, err
-	}
-	if r.Release, err = readRelease(s.agent.logPath); err != nil {
 		return r, err
 	}
 	if err := s.close(); err != nil {
@@ -794,11 +787,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // flushFile writes path's dirty page-cache pages to disk, so that the
-// binaries are measured as an installed binary runs: a file just written
-// (make builds them right before the bench) keeps dirty pages until
-// writeback, which the kernel can neither drop nor cache again in small
-// pages, as the agent asks it to once registered
-// (agent.ReleaseBinaryPages). "" is no file.
+// binaries are measured as an installed binary runs: make builds them
+// right before the bench, and the writeback of a file just written would
+// otherwise fall in the first rounds. "" is no file.
 func flushFile(path string) error {
 	if path == "" {
 		return nil

@@ -253,24 +253,6 @@ func figureDefs(plan []plan.Resource, rounds []Round) []figureDef {
 		figureDef{"  anonymous (heap, stacks)", "MB", nil, func(r Round) []float64 { return one(mb(r.MemoryLoad.Anon)) }},
 		figureDef{"  file-backed (binary)", "MB", nil, func(r Round) []float64 { return one(mb(r.MemoryLoad.File)) }},
 		figureDef{"    of which mapped in 2 MiB pages", "MB", nil, func(r Round) []float64 { return one(mb(r.MemoryLoad.FilePMD)) }},
-		figureDef{"binary pages released once registered: resident before", "MB", nil, func(r Round) []float64 {
-			if r.Release == nil {
-				return nil
-			}
-			return one(mb(r.Release.BeforeKiB))
-		}},
-		figureDef{"  resident right after", "MB", nil, func(r Round) []float64 {
-			if r.Release == nil {
-				return nil
-			}
-			return one(mb(r.Release.AfterKiB))
-		}},
-		figureDef{"  time it took (one read of the binary)", "ms", nil, func(r Round) []float64 {
-			if r.Release == nil {
-				return nil
-			}
-			return one(r.Release.TookMs)
-		}},
 		figureDef{"binary", "MB", &goal{limit: goalBinaryMB, orEqual: true}, func(r Round) []float64 { return one(r.BinaryMB) }},
 		figureDef{"idle CPU", "% core", &goal{limit: goalIdlePercent}, func(r Round) []float64 { return one(r.Idle.Percent) }},
 		figureDef{"feature-file writes, nothing changed", "", &goal{limit: 0, orEqual: true}, func(r Round) []float64 { return one(float64(r.Quiet.FileWrites)) }},
