@@ -26,6 +26,8 @@ type explainOutput struct {
 	Unavailable map[string]string `json:"unavailable,omitempty"`
 	// DRA is, per resource, its DRA DeviceClass (dra_explain.go).
 	DRA map[string]rules.DRAClass `json:"dra,omitempty"`
+	// HealthPolicy is the node's effective health policy.
+	HealthPolicy rules.HealthView `json:"healthPolicy"`
 	*plan.Plan
 }
 
@@ -121,6 +123,9 @@ func checkRules(out, errOut io.Writer, files []string) error {
 		if serve := rs.ServeSummary(); serve != "" { // rules that choose device-plugin or dra (issue 20)
 			fmt.Fprintf(out, "  %s\n", serve)
 		}
+		if health := rs.HealthSummary(); health != "" {
+			fmt.Fprintf(out, "  %s\n", health)
+		}
 	}
 	if bad > 0 {
 		return &exitError{code: 1, err: fmt.Errorf("rules check: %d of %d files invalid", bad, len(files))}
@@ -198,7 +203,7 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 
 // printExplanation writes a plan in the chosen format.
 func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, plan *plan.Plan, unavailable map[string]string) error {
-	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), Unavailable: unavailable, Plan: plan}
+	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), Unavailable: unavailable, HealthPolicy: rules.NewHealthView(plan), Plan: plan}
 	doc.DRA = draExplainView(errOut, rs) // dra_explain.go
 	draExplainFill(doc.DRA, resourceNames(plan))
 	switch format {
@@ -226,5 +231,5 @@ func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, p
 			return err
 		}
 	}
-	return nil
+	return rules.WriteHealthView(out, plan)
 }
