@@ -89,7 +89,9 @@ bench-go:
 
 ## bench-process: the whole agent as the kubelet sees it, built as the
 ## Dockerfile builds it (stripped), beside the bench's null plugin (the
-## floor: one resource, fixed devices) measured in the same rounds.
+## floor: one resource, fixed devices) measured in the same rounds, each
+## in a memory cgroup of its own for its working set (as root; RSS only
+## where there is no memory controller to use).
 bench-process:
 	mkdir -p $(BENCH_OUT)
 	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BENCH_OUT)/featureplug ./cmd/featureplug
