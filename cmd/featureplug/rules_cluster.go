@@ -187,6 +187,9 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 	for _, p := range np.plan.Problems {
 		fmt.Fprintf(errOut, "warning: left out: %s\n", p.String())
 	}
+	if err := np.plan.CheckServes(); err != nil { // what the node's agent refuses on a reload
+		fmt.Fprintf(errOut, "warning: %v\n", err)
+	}
 	for _, res := range np.plan.Resources {
 		if needsDaemon(res.Sharing) {
 			note("%s needs the node's MPS control daemon: whether it is up cannot be known from the cluster", res.Name)
