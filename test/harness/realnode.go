@@ -240,7 +240,7 @@ func StartRealNode(t testing.TB, api *APIServer, name string) *RealNode {
 	if err := ensureDefaultServiceAccount(ctx, api); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("real node %s: containerd %s and the kubelet up, images %v imported, node registered, in %s",
+	t.Logf("real node %s: containerd and the kubelet of %s up, images %v imported, node registered, in %s",
 		name, bins.Dir, images, time.Since(start).Round(time.Millisecond))
 	return n
 }
