@@ -69,7 +69,7 @@ A rules file is a path or one of the builtin names: ` + strings.Join(rules.Built
 	}
 	cmd.AddCommand(newRulesCheckCommand(), newRulesExplainCommand())
 	cmd.AddCommand(newRulesImportCommand()) // rules_import.go
-	cmd.AddCommand(newRulesDiffCommand())   // rules_cluster_cmd.go
+	cmd.AddCommand(newRulesDiffCommand())   // rules_diff.go
 	return cmd
 }
 
