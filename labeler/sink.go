@@ -32,6 +32,9 @@ type SinkConfig struct {
 	ResyncJitter float64
 	Timestamp    bool
 	Backoff      wait.Backoff
+	// DefaultServe is the agent's API for resources whose rules do not
+	// choose one (--serve), which AnnotationResources records.
+	DefaultServe plan.Serve
 	// Logger receives the sink's logs (default discarded).
 	Logger *slog.Logger
 	// Registerer, when set, receives the sink's metrics.
@@ -117,7 +120,7 @@ func (s *Sink) Check(*discovery.Inventory, *plan.Plan) error { return nil }
 // and labels).
 func (s *Sink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Plan) error {
 	c := NewContent(inv, p, s.opts)
-	c.Annotations = Annotations(p)
+	c.Annotations = Annotations(p, s.c.DefaultServe)
 	s.mu.Lock()
 	s.published = &c
 	s.mu.Unlock()

@@ -25,6 +25,11 @@
 //	      activeThreadPercentage: 0    # 0..100 per replica; 0: 100 / replicas
 //	  serve: device-plugin         # optional: device-plugin or dra; absent: the agent's --serve
 //
+// A file without rules is an error unless it says, at the top level,
+// serveNothing: true (and then it has no rules): an emptied or truncated
+// file must never pass for one that means to serve nothing. A plan of such
+// a file has plan.Plan.ServeNothing set.
+//
 // # Evaluation
 //
 // Every device is decided on its own. A rule sees the node-level features
@@ -59,7 +64,8 @@
 // # Validation
 //
 // Parse reports every problem at once, each naming the file, line, rule
-// (index and name), field and value: unknown fields, invalid resource names
+// (index and name), field and value: no rules without serveNothing,
+// unknown fields, invalid resource names
 // (see plan.ValidateResourceName), malformed NFD expressions, expressions that
 // cannot compare what featureplug publishes (Gt on a product name), bad
 // sharing settings, one resource given two sharing settings or two serves
@@ -67,6 +73,23 @@
 // a feature or attribute featureplug never publishes is a warning. Plan
 // reports names a template makes invalid for a device, any device that
 // would be advertised twice, and one resource given two serves on a node.
+//
+// # Health
+//
+// A health section gives node pools their own health policy: what each XID
+// (per XID, or per resolution of NVIDIA's XID catalog) and each other kind
+// of health event does to a device, the quiet periods, and whether devices
+// are unhealthy while NVML fails. The first entry whose nodeSelector
+// selects a node is its policy, carried on its Plan as a
+// discovery.HealthPolicy (applied with discovery.Decide):
+//
+//	health:
+//	- name: inference
+//	  nodeSelector: {matchLabels: {pool: inference}}
+//	  xids: {94: until-quiet}            # none, count, until-quiet, until-reset, until-reboot
+//	  resolutions: {RESET_GPU: until-reboot}
+//	  events: {ecc-volatile-double-bit: none}
+//	  quietPeriod: 10m
 //
 // The builtin files (BuiltinNames) reproduce NVIDIA's device plugin
 // strategies as rules: none (the Default), single and mixed, plus per-model,

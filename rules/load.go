@@ -40,7 +40,11 @@ const builtinPrefix = "builtin:"
 type RuleSet struct {
 	source   string
 	rules    []*rule
+	health   []*healthEntry // the health section (health.go)
 	warnings []string
+	// serveNothing is the file's serveNothing: it means to serve no
+	// device (and has no rules).
+	serveNothing bool
 }
 
 // rule is one compiled rule.
@@ -170,12 +174,12 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 	c := &checker{source: source, doc: doc}
 
 	for _, u := range doc.unknownFields(reflect.TypeFor[fileSpec]()) {
-		rule, field := c.split(u.at)
+		section, rule, field := c.split(u.at)
 		msg := fmt.Sprintf("unknown field %q", u.key)
 		if u.duplicate > 0 {
 			msg = fmt.Sprintf("%q is given twice (first on line %d)", u.key, u.duplicate)
 		}
-		c.add(false, &Error{Line: u.line, Rule: rule, Field: field.String(), Msg: msg})
+		c.add(false, &Error{Line: u.line, Section: section, Rule: rule, Field: field.String(), Msg: msg})
 	}
 
 	var spec fileSpec
@@ -198,15 +202,13 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 		c.add(false, &Error{Line: doc.line(path{"kind"}), Rule: -1, Field: "kind",
 			Value: strconv.Quote(spec.Kind), Msg: fmt.Sprintf("must be %q", Kind)})
 	}
-	if len(spec.Rules) == 0 {
-		c.add(true, &Error{Line: doc.line(path{"rules"}), Rule: -1, Field: "rules", Msg: "no rules: no device will be advertised"})
-	}
+	c.checkServeNothing(&spec)
 
 	sample := sampleInventory()
 	c.schema = newSchema(discovery.Features(sample))
 	c.sample = sample
 
-	rs := &RuleSet{source: source}
+	rs := &RuleSet{source: source, serveNothing: spec.ServeNothing}
 	names := make(map[string]int, len(spec.Rules))
 	literal := make(map[string][]*rule) // rules by the literal name they give
 	for i := range spec.Rules {
@@ -229,11 +231,33 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 		}
 		rs.rules = append(rs.rules, r)
 	}
+	rs.health = c.compileHealth(spec.Health) // health.go
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}
 	rs.warnings = c.warnings
 	return rs, nil
+}
+
+// checkServeNothing checks that a file has rules unless it says
+// serveNothing, and that a file saying serveNothing has none. An agent
+// given a file without rules would withdraw every resource, and an emptied
+// ConfigMap or a file cut short after "rules:" looks just like that, so
+// serving nothing must be said in so many words.
+func (c *checker) checkServeNothing(spec *fileSpec) {
+	switch {
+	case spec.ServeNothing && len(spec.Rules) > 0:
+		c.add(false, &Error{Line: c.doc.line(path{"serveNothing"}), Rule: -1, Field: "serveNothing", Value: "true",
+			Msg: fmt.Sprintf("says the file serves no device, but it has %d rules: remove the rules or serveNothing", len(spec.Rules))})
+	case !spec.ServeNothing && len(spec.Rules) == 0:
+		what := "missing"
+		if c.doc.root != nil && child(c.doc.root, "rules") != nil {
+			what = "empty"
+		}
+		c.add(false, &Error{Line: c.doc.line(path{"rules"}), Rule: -1, Field: "rules",
+			Msg: what + ": the file would serve no device and withdraw every resource (an emptied or truncated file looks like this); " +
+				"a file meant to serve nothing says serveNothing: true"})
+	}
 }
 
 // checker collects the errors and warnings of one Parse.
@@ -246,15 +270,19 @@ type checker struct {
 	warnings []string
 }
 
-// split turns a document path into a rule index (-1 for none) and the path
-// inside the rule.
-func (c *checker) split(p path) (int, path) {
-	if len(p) >= 2 && p[0] == "rules" {
+// split turns a document path into a section ("" for rules, "health"), an
+// index in it (-1 for none) and the path inside the rule or entry.
+func (c *checker) split(p path) (string, int, path) {
+	if len(p) >= 2 && (p[0] == "rules" || p[0] == "health") {
 		if i, ok := p[1].(int); ok {
-			return i, p[2:]
+			section := ""
+			if p[0] == "health" {
+				section = "health"
+			}
+			return section, i, p[2:]
 		}
 	}
-	return -1, p
+	return "", -1, p
 }
 
 // add records an error or, with warning set, a warning. It fills in the
@@ -262,7 +290,7 @@ func (c *checker) split(p path) (int, path) {
 func (c *checker) add(warning bool, e *Error) {
 	e.Source = c.source
 	if e.Rule >= 0 && e.RuleName == "" {
-		e.RuleName = c.doc.scalar(path{"rules", e.Rule, "name"})
+		e.RuleName = c.doc.scalar(path{e.section(), e.Rule, "name"})
 	}
 	if warning {
 		c.warnings = append(c.warnings, e.Error())
@@ -290,8 +318,8 @@ func (c *checker) decodeError(err error) {
 	if errors.As(err, &te) {
 		have, _, _ := strings.Cut(te.Value, " ")
 		if at, line, ok := c.doc.locateTypeError(reflect.TypeFor[fileSpec](), te.Field, have); ok {
-			rule, field := c.split(at)
-			c.add(false, &Error{Line: line, Rule: rule, Field: field.String(), Value: c.doc.scalar(at),
+			section, rule, field := c.split(at)
+			c.add(false, &Error{Line: line, Section: section, Rule: rule, Field: field.String(), Value: c.doc.scalar(at),
 				Msg: fmt.Sprintf("must be %s, not %s", jsonTypeName(te.Type), have)})
 			return
 		}

@@ -81,9 +81,6 @@ type runFlags struct {
 	serve              string // the kubelet API of resources whose rules do not say
 	draRegistryDir     string // the kubelet's plugin registry directory (DRA registration socket)
 	draPluginDir       string // the DRA driver's socket directory
-
-	// releaseStartupPages: agent.Config.ReleaseStartupPages.
-	releaseStartupPages bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -132,12 +129,11 @@ the command line wins.`,
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the CDI spec's hooks (default: /usr/bin/nvidia-cdi-hook)")
 	fs.StringVar(&f.replicaPolicy, "replica-policy", string(deviceplugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
 	fs.DurationVar(&f.healthRecovery, "health-recovery", health.DefaultRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
-	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", toUint(discovery.DefaultIgnoredXIDs()), "XIDs that never mark a device unhealthy")
+	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", nil, "XIDs that never mark a device unhealthy, on top of those NVIDIA's XID catalog resolves by restarting the application or with no action (docs/reliability.md)")
 	fs.StringVar(&f.mpsRoot, "mps-root", deviceplugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
 	fs.DurationVar(&f.mpsCheckInterval, "mps-check-interval", mps.DefaultCheckInterval, "period of the MPS control daemons' liveness check")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
-	fs.BoolVar(&f.releaseStartupPages, "release-startup-pages", true, "once registered, release the binary's pages that start-up used and keep the rest in 4 KiB pages, so that only the pages in use stay resident (docs/performance.md)")
 	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket "+dra.RegistrationSocketName+" goes")
 	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket "+dra.PluginSocketName+", which the kubelet calls to prepare claims")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir, "host directory for state that must survive a restart (unhealthy devices); created 0700 at start; empty disables persistence")
@@ -195,14 +191,6 @@ func splitList(v string) []string {
 		if s = strings.TrimSpace(s); s != "" {
 			out = append(out, s)
 		}
-	}
-	return out
-}
-
-func toUint(xids []uint64) []uint {
-	out := make([]uint, len(xids))
-	for i, x := range xids {
-		out[i] = uint(x)
 	}
 	return out
 }
@@ -361,9 +349,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		LivenessTimeout:   f.livenessTimeout,
 		MetricsAddr:       f.metricsAddr,
 		Logger:            log,
-
-		ReleaseStartupPages: f.releaseStartupPages,
-		PublishHold:         agent.DefaultPublishHold,
+		PublishHold:       agent.DefaultPublishHold,
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"os"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -70,7 +69,7 @@ func OpenFake(nameOrPath string) (*Fake, error) {
 	if err != nil {
 		return nil, err
 	}
-	if data, err := os.ReadFile(nameOrPath); err == nil {
+	if data, err := fakenode.ReadFile(nameOrPath); err == nil {
 		s.isFile, s.data = true, data
 	}
 	if err := initFake(node); err != nil {
@@ -94,7 +93,7 @@ func (s *Fake) Discover() (*discovery.Inventory, nvml.Interface, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.isFile {
-		data, err := os.ReadFile(s.nameOrPath)
+		data, err := fakenode.ReadFile(s.nameOrPath)
 		if err != nil {
 			return nil, nil, fmt.Errorf("re-reading fake node: %w", err)
 		}

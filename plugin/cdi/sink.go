@@ -214,7 +214,7 @@ func (s *Sink) Run(ctx context.Context) error {
 }
 
 // FakeRoot is the Generator of a fake node: Layout lays the node's driver
-// root out in Dir (device nodes as plain files, libraries as stubs), and
+// root out in Dir (device nodes, libraries as stubs), and
 // the edits are read from there as Root reads them, so that the spec has
 // the shape of a real one and follows the node's MIG layout.
 type FakeRoot struct {

@@ -102,9 +102,23 @@ func (p *Plan) WithHeld(held map[string]string) *Plan {
 }
 
 // DrainsNode reports whether next, replacing last, would take away every
-// resource last serves without the rules saying so (next.ServeNothing):
-// a rules file truncated or emptied by mistake must not drain a node, so
-// the agent refuses such a reload and keeps last.
+// device last advertises without the rules saying so: last advertises a
+// device and next fails CheckServes. A rules file truncated or emptied by
+// mistake must not drain a node, so the agent refuses such a reload and
+// keeps last, as `rules check` refuses such a file.
 func DrainsNode(last, next *Plan) bool {
-	return last != nil && next != nil && len(last.Resources) > 0 && len(next.Resources) == 0 && !next.ServeNothing
+	return last.advertises() && next != nil && next.CheckServes() != nil
+}
+
+// advertises reports whether p gives a resource at least one device.
+func (p *Plan) advertises() bool {
+	if p == nil {
+		return false
+	}
+	for i := range p.Resources {
+		if len(p.Resources[i].Devices) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -77,19 +77,22 @@ func TestWithHeld(t *testing.T) {
 	}
 }
 
-// TestDrainsNode: a plan with no resource replacing one with resources
-// drains the node unless it says it should serve nothing; anything else
-// does not.
+// TestDrainsNode: a plan that advertises no device of a node with devices,
+// replacing one that advertises some, drains the node unless it says it
+// should serve nothing; anything else does not.
 func TestDrainsNode(t *testing.T) {
-	some := &Plan{Resources: []Resource{{Name: "nvidia.com/gpu"}}}
-	none := &Plan{}
+	decisions := []Decision{{Device: "GPU-0"}}
+	some := &Plan{Decisions: decisions, Resources: []Resource{{Name: "nvidia.com/gpu", Devices: []Device{{ID: "GPU-0"}}}}}
+	none := &Plan{Decisions: decisions}
 	for _, tt := range []struct {
 		name       string
 		last, next *Plan
 		want       bool
 	}{
 		{"every resource withdrawn", some, none, true},
-		{"every resource withdrawn on purpose", some, &Plan{ServeNothing: true}, false},
+		{"every resource withdrawn on purpose", some, &Plan{Decisions: decisions, ServeNothing: true}, false},
+		{"resources left without devices", some, &Plan{Decisions: decisions, Resources: []Resource{{Name: "nvidia.com/gpu"}}}, true},
+		{"a node without devices", some, &Plan{}, false},
 		{"nothing served before", none, none, false},
 		{"no plan before", nil, none, false},
 		{"resources left", some, some, false},

@@ -91,11 +91,17 @@ func TestResourcesChangedEvent(t *testing.T) {
 			t.Errorf("annotations %v, want %v", c.Annotations, want)
 		}
 	}
-	checkAnnotations(plan.RulesDigest(first), "nvidia.com/gpu=8")
+	served := func(resource string) string {
+		devices := []string{"0", "1", "2", "3", "4", "5", "6", "7"}
+		return labeler.Served{DefaultServe: plan.ServeDevicePlugin, Resources: []labeler.ServedResource{
+			{Name: resource, Count: 8, Serve: plan.ServeDevicePlugin, Devices: devices},
+		}}.String()
+	}
+	checkAnnotations(plan.RulesDigest(first), served("nvidia.com/gpu"))
 
 	if err := os.WriteFile(rulesPath, second, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent("example.com/h100: 0 -> 8 devices, rule h100; nvidia.com/gpu: 8 -> 0 devices, rule gpu")
-	checkAnnotations(plan.RulesDigest(second), "example.com/h100=8")
+	checkAnnotations(plan.RulesDigest(second), served("example.com/h100"))
 }

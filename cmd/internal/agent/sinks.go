@@ -154,10 +154,6 @@ type Config struct {
 	LivenessTimeout time.Duration
 	// MetricsAddr serves /metrics, /healthz and /readyz; "" disables it.
 	MetricsAddr string
-	// ReleaseStartupPages releases the binary's start-up pages once every
-	// resource is registered, so that only the pages in use stay resident
-	// (memory.go, memory_linux.go); off for agents run inside tests.
-	ReleaseStartupPages bool
 	// PublishHold is how long the first publish of features and labels
 	// waits, at most, for the kubelet to accept every device-plugin
 	// resource: register first, so that building and writing the
@@ -460,7 +456,8 @@ func (b *builder) publishSink() (Sink, error) {
 	c := labeler.SinkConfig{
 		Publisher: pub, Labels: a.cfg.Labels,
 		Resync: a.cfg.ResyncInterval, ResyncJitter: periodJitter, Timestamp: a.cfg.TimestampLabel,
-		Backoff: retryBackoff(time.Second), Logger: a.log.With("component", "publish"), Registerer: a.registry,
+		Backoff: retryBackoff(time.Second), DefaultServe: a.cfg.DefaultServe,
+		Logger: a.log.With("component", "publish"), Registerer: a.registry,
 	}
 	if b.plugins != nil && a.cfg.PublishHold > 0 {
 		hold := a.cfg.PublishHold

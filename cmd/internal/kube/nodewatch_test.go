@@ -69,4 +69,5 @@ func (c fakeClient) ConfigMaps(string) ConfigMaps             { return nil }
 func (c fakeClient) Pods(string) Pods                         { return nil }
 func (c fakeClient) ResourceSlices() dra.ResourceSlices       { return nil }
 func (c fakeClient) ResourceClaims(string) dra.ResourceClaims { return nil }
+func (c fakeClient) DeviceClasses() DeviceClasses             { return nil }
 func (c fakeClient) IsWatchListSemanticsUnSupported() bool    { return true }
