@@ -244,7 +244,7 @@ func TestNodeFeatureStaysWithoutManagedFields(t *testing.T) {
 	nodeFeatures := api.NFD.NfdV1alpha1().NodeFeatures(scaleNamespace)
 	pub, err := labeler.NewNodeFeaturePublisher(labeler.NodeFeatureConfig{
 		NodeName: node, Namespace: scaleNamespace,
-		NFD:  labeler.NFDClientOf(api.NFD.NfdV1alpha1().NodeFeatures),
+		NFD: labeler.NFDClientOf(api.NFD.NfdV1alpha1().NodeFeatures),
 		Node: func(ctx context.Context) (*corev1.Node, error) {
 			return api.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		},
