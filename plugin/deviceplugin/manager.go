@@ -178,7 +178,7 @@ func (m *Manager) applyLocked() error {
 			}
 			continue
 		}
-		socket, err := SocketPath(m.opts.KubeletDir, r.Name)
+		socket, err := m.socketPath(r.Name)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("resource %s: %w", r.Name, err))
 			continue
@@ -459,7 +459,7 @@ func (m *Manager) removeStaleSocketsLocked() {
 	keep := map[string]bool{}
 	if m.plan != nil {
 		for _, r := range m.plan.Resources {
-			if p, err := SocketPath(m.opts.KubeletDir, r.Name); err == nil {
+			if p, err := m.socketPath(r.Name); err == nil {
 				keep[p] = true
 			}
 		}
@@ -530,4 +530,12 @@ func exists(path string) bool {
 func isDir(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && st.IsDir()
+}
+
+// socketPath is the socket of resource's server: the one place that names
+// it, so that a name that is not fixed per resource (one per agent
+// instance, for a handover between two agents) changes only here and in
+// removeStaleSocketsLocked's test of what is stale.
+func (m *Manager) socketPath(resource string) (string, error) {
+	return SocketPath(m.opts.KubeletDir, resource)
 }

@@ -39,7 +39,7 @@ func (s *Sink) Check(_ *discovery.Inventory, p *plan.Plan) error {
 	}
 	var errs []error
 	for _, r := range own.Resources {
-		if _, err := SocketPath(s.m.opts.KubeletDir, r.Name); err != nil {
+		if _, err := s.m.socketPath(r.Name); err != nil {
 			errs = append(errs, fmt.Errorf("resource %s: %w", r.Name, err))
 		}
 	}

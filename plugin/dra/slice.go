@@ -262,9 +262,10 @@ func sliceDevice(inv *discovery.Inventory, gpu *discovery.GPU, mig *discovery.MI
 }
 
 // sharedByClaims reports whether a device of sharing s is shared between
-// claims as consumable capacity: time-slicing and MPS (whose control
-// daemon the agent runs for the resource, and whose client limits the
-// device's CDI spec entry carries).
+// claims as consumable capacity: a strategy of the table that shares a
+// device (time-slicing; MPS, whose control daemon the agent runs for the
+// resource, and whose client limits the device's CDI spec entry carries).
 func sharedByClaims(s plan.Sharing) bool {
-	return s.Strategy == plan.SharingTimeSlicing || s.Strategy == plan.SharingMPS
+	spec, ok := s.Spec()
+	return ok && spec.Shares
 }

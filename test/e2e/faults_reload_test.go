@@ -40,6 +40,12 @@ func TestFault22ReloadThatDrainsRefused(t *testing.T) {
 		}
 		e.checkServes(t, "after a reload that would serve nothing", map[string]int64{"example.com/a": 8})
 	}
+	// A file whose rules match nothing here is valid (rules check passes it
+	// without a node): the agent refuses it; an empty rules list is an
+	// error at load.
+	if n := e.a.metric(t, "featureplug_rule_reloads_total", `result="refused"`); n != 1 {
+		t.Errorf("featureplug_rule_reloads_total{result=\"refused\"} = %v, want 1 (the file that matches nothing)", n)
+	}
 	if lines := agentFaultLogLines(t, e.a, "would serve no resource on this node"); len(lines) == 0 {
 		t.Error("no log line says why rules that serve nothing were refused")
 	}

@@ -11,33 +11,6 @@ import (
 // counts or their sharing change.
 const ReasonResourcesChanged = "ResourcesChanged"
 
-// digestedRuleSet is a rule set read from a file, with its content's digest.
-type digestedRuleSet struct {
-	RuleSet
-	digest string
-}
-
-// withDigest attaches the digest of data to rs (nil stays nil).
-func withDigest(rs RuleSet, data []byte) RuleSet {
-	if rs == nil {
-		return nil
-	}
-	return digestedRuleSet{RuleSet: rs, digest: plan.RulesDigest(data)}
-}
-
-// rulesDigestOf returns the digest of a rule set: its content's digest
-// when it came from a file, its source ("builtin:mixed") otherwise.
-func rulesDigestOf(rs RuleSet) string {
-	switch r := rs.(type) {
-	case nil:
-		return ""
-	case digestedRuleSet:
-		return r.digest
-	default:
-		return rs.Source()
-	}
-}
-
 // planServed records a Normal Event on the Node when the resources of p,
 // now served, differ from the plan served before (the first plan counts as
 // a change from nothing).

@@ -12,7 +12,6 @@ import (
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
-	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -30,9 +29,9 @@ func planReportValue(t *testing.T, c prometheus.Metric) float64 {
 }
 
 // planReportRules parses a rules file body for the plan report tests.
-func planReportRules(t *testing.T, body string) *rules.RuleSet {
+func planReportRules(t *testing.T, body string) RuleSet {
 	t.Helper()
-	rs, err := rules.Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+body))
+	rs, err := testRulesEngine().Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +117,7 @@ func TestPlanReport(t *testing.T) {
 type fixedRuleSet struct{ p *plan.Plan }
 
 func (f fixedRuleSet) Source() string     { return "fixed.yaml" }
+func (f fixedRuleSet) Digest() string     { return "fixed" }
 func (f fixedRuleSet) Warnings() []string { return nil }
 func (f fixedRuleSet) Plan(*discovery.Inventory, map[string]string) (*plan.Plan, error) {
 	return f.p, nil

@@ -84,7 +84,6 @@ func (a *Agent) applyRulesSnapshot(s fswatch.Snapshot) bool {
 		a.log.Info("rules file changed", "rules", a.cfg.Rules)
 	}
 	rs, err := a.cfg.RulesEngine.Parse(a.cfg.Rules, s.Data)
-	rs = withDigest(rs, s.Data) // for the NodeFeature's annotation (explain.go)
 	return a.acceptRules(rs, err)
 }
 
@@ -156,7 +155,7 @@ func (a *Agent) planFor(rs RuleSet) (*plan.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.RulesDigest = rulesDigestOf(rs)
+	p.RulesDigest = rs.Digest()
 	return p.WithServeDefault(a.cfg.DefaultServe), nil
 }
 

@@ -10,16 +10,44 @@ import (
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // testWait bounds every wait of the agent's tests.
 const testWait = 20 * time.Second
 
+// testRuleSet is a rules.RuleSet with its digest, as
+// cmd/internal/rulesengine makes them.
+type testRuleSet struct {
+	*rules.RuleSet
+	digest string
+}
+
+func (r testRuleSet) Digest() string { return r.digest }
+
 // testRulesEngine is the rules package as the agent's tests use it, wired
-// as cmd/internal/rulesengine does (which imports this package, so its
-// internal tests cannot import it).
+// as cmd/internal/rulesengine does (which imports this package, so the
+// package's own tests cannot import it).
 func testRulesEngine() RulesEngine {
-	return NewRulesEngine(rules.Default, rules.Load, rules.Parse, rules.BuiltinNames(), rules.MaxFileSize)
+	return RulesEngine{
+		Default: func() RuleSet { return testRuleSet{rules.Default(), rules.Default().Source()} },
+		Load: func(name string) (RuleSet, error) {
+			rs, err := rules.Load(name)
+			if err != nil {
+				return nil, err
+			}
+			return testRuleSet{rs, rs.Source()}, nil
+		},
+		Parse: func(source string, data []byte) (RuleSet, error) {
+			rs, err := rules.Parse(source, data)
+			if err != nil {
+				return nil, err
+			}
+			return testRuleSet{rs, plan.RulesDigest(data)}, nil
+		},
+		Builtins:    rules.BuiltinNames(),
+		MaxFileSize: rules.MaxFileSize,
+	}
 }
 
 // runAgent runs a until the test ends and checks that Run returned no

@@ -19,7 +19,6 @@ import (
 	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
-	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -235,7 +234,7 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 	src, inv := openFakeInventory(t, "dgx-h100")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, err := rules.Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+tt.rules))
+			rs, err := testRulesEngine().Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+tt.rules))
 			if err != nil {
 				t.Fatal(err)
 			}
