@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/featureplug/featureplug/discovery/fakenode/mpscontrol"
 	"github.com/featureplug/featureplug/rules"
 )
 
@@ -143,6 +144,11 @@ func (v *deprecatedValue) Set(s string) error {
 }
 
 func main() {
+	// The fake node's driver root links nvidia-cuda-mps-control to this
+	// binary (fakeroot.go): run as that, it is the fake MPS control daemon.
+	if mpscontrol.Invoked(os.Args[0]) {
+		os.Exit(mpscontrol.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()

@@ -31,19 +31,20 @@ type explainOutput struct {
 
 // unavailableResources names the resources of plan the agent would not
 // advertise on this machine, and why: MPS resources need the MPS control
-// program (their strategy needs a daemon).
-func unavailableResources(plan *plan.Plan, mpsControl string) map[string]string {
+// program (their strategy needs a daemon), which problem says is missing.
+func unavailableResources(plan *plan.Plan, problem error) map[string]string {
+	if problem == nil {
+		return nil
+	}
 	var out map[string]string
 	for _, r := range plan.Resources {
 		if !needsDaemon(r.Sharing) {
 			continue
 		}
-		if _, err := mps.ResolveControlBinary(mpsControl); err != nil {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[r.Name] = "not advertised until its MPS control daemon is up: " + err.Error()
+		if out == nil {
+			out = map[string]string{}
 		}
+		out[r.Name] = "not advertised until its MPS control daemon is up: " + problem.Error()
 	}
 	return out
 }
@@ -183,7 +184,7 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 			for _, p := range plan.Problems {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: left out: %s\n", p.String())
 			}
-			return printExplanation(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailableResources(plan, mpsControl))
+			return printExplanation(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailableResources(plan, mpsControlProblem(src, mpsControl, cmd.Flags().Changed("mps-control"))))
 		},
 	}
 	src.addFlags(cmd.Flags())

@@ -316,6 +316,19 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	}
 	stateDir := prepareStateDir(f.stateDir, log)
 	owner := f.ownerConfig(kubeClient)
+	driverRoot, mpsControl := f.src.driverRoot, f.mpsControl
+	if f.src.fakeNode != "" {
+		root, err := newFakeDriverRoot(f.src.fakeNode, f.src.driverRoot) // fakeroot.go
+		if err != nil {
+			return err
+		}
+		defer root.remove()
+		driverRoot = root.dir
+		if !cmd.Flags().Changed("mps-control") { // set by the flag or its environment variable
+			mpsControl = root.mpsControl
+		}
+		log.Info("fake driver root laid out", "driverRoot", driverRoot, "mpsControl", mpsControl)
+	}
 
 	a, err := agent.New(agent.Config{
 		NodeName:           f.nodeName,
@@ -345,10 +358,10 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			MPSRoot:              f.mpsRoot,
 			StateDir:             stateDir,
 		},
-		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
+		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: mpsControl, CheckInterval: f.mpsCheckInterval},
 		DRARegistryDir:    f.draRegistryDir,
 		DRAPluginDir:      f.draPluginDir,
-		CDI:               agent.CDIConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
+		CDI:               agent.CDIConfig{SpecDir: f.cdiSpecDir, DriverRoot: driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
 		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
 		FileCheckInterval: f.fileCheckInterval,
 		FileSettle:        f.fileSettle,
