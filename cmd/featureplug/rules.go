@@ -14,7 +14,6 @@ import (
 
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules"
-	"github.com/featureplug/featureplug/rules/catalog"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -72,63 +71,6 @@ A rules file is a path or one of the builtin names: ` + strings.Join(rules.Built
 	return cmd
 }
 
-func newRulesCheckCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "check FILE...",
-		Short: "Validate rules files, listing every error and warning",
-		Long: `Check loads rules files and reports every problem, each naming the file, line,
-rule, field and value. It also tries every rule on every device featureplug's
-fake-node catalog can make (every bundled fake node, every product as a whole
-GPU and in every MIG profile, +me profiles included), so a template that gives
-an invalid resource name for some device, or a rule that would advertise more
-device IDs than the caps allow, is an error here rather than on a node.
-A file check accepts never crashes run.`,
-		Example: `  featureplug rules check /etc/featureplug/rules.yaml
-  featureplug rules check mixed`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return checkRules(cmd.OutOrStdout(), cmd.ErrOrStderr(), args)
-		},
-	}
-}
-
-// checkRules loads each file and tries it on every device of the
-// fake-node catalog (every bundled node, every product and MIG profile),
-// printing what is wrong with it, and fails when any file does not load or
-// gives an invalid resource name or too many device IDs anywhere.
-func checkRules(out, errOut io.Writer, files []string) error {
-	bad := 0
-	var nodes []rules.CheckNode
-	for _, file := range files {
-		rs, err := rules.Load(file)
-		if err == nil && nodes == nil {
-			if nodes, err = catalog.Nodes(); err != nil {
-				return fmt.Errorf("building the fake-node catalog: %w", err)
-			}
-		}
-		if err == nil {
-			err = rs.CheckNodes(nodes)
-		}
-		if err != nil {
-			bad++
-			fmt.Fprintf(errOut, "%s: invalid:\n", file)
-			for _, line := range strings.Split(err.Error(), "\n") {
-				fmt.Fprintf(errOut, "  %s\n", line)
-			}
-			continue
-		}
-		printWarnings(errOut, rs)
-		fmt.Fprintf(out, "%s: ok, %d rules (%s)\n", file, len(rs.RuleNames()), strings.Join(rs.RuleNames(), ", "))
-		if serve := rs.ServeSummary(); serve != "" { // rules that choose device-plugin or dra (issue 20)
-			fmt.Fprintf(out, "  %s\n", serve)
-		}
-	}
-	if bad > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("rules check: %d of %d files invalid", bad, len(files))}
-	}
-	return nil
-}
-
 // printWarnings prints a rule set's warnings, one a line.
 func printWarnings(w io.Writer, rs *rules.RuleSet) {
 	for _, warning := range rs.Warnings() {
@@ -158,7 +100,6 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 		Example: `  featureplug rules explain --rules mixed --fake-node dgx-a100
   featureplug rules explain --rules rules.yaml --fake-node ./node.yaml --node-labels pool=inference
   featureplug rules explain --rules /etc/featureplug/rules.yaml -o json`,
-		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "yaml", "json"); err != nil {
 				return err
@@ -169,8 +110,8 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 			rs := rules.Default()
 			if rulesFile != "" {
 				var err error
-				if rs, err = rules.Load(rulesFile); err != nil {
-					return &exitError{code: 1, err: err}
+				if rs, err = loadRules(rulesFile); err != nil {
+					return err
 				}
 			}
 			inv, err := discoverInventory(cmd.Context(), src)
@@ -189,7 +130,7 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 	}
 	src.addFlags(cmd.Flags())
 	cluster.addFlags(cmd.Flags())
-	cmd.Flags().StringVar(&rulesFile, "rules", "", "rules file: a path or a builtin name ("+strings.Join(rules.BuiltinNames(), ", ")+"); default: none")
+	addRulesFlag(cmd, &rulesFile, rulesFlagUsage("none; with --node, the agents' ConfigMap"))
 	cmd.Flags().StringToStringVar(&nodeLabels, "node-labels", nil, "labels of the node, for rules with a nodeSelector (k=v,..., repeatable)")
 	addDeprecatedAlias(cmd, "node-label", "node-labels")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")

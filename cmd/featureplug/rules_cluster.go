@@ -187,10 +187,13 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 	for _, p := range np.plan.Problems {
 		fmt.Fprintf(errOut, "warning: left out: %s\n", p.String())
 	}
-	for _, res := range np.plan.Resources {
-		if needsDaemon(res.Sharing) {
-			note("%s needs the node's MPS control daemon: whether it is up cannot be known from the cluster", res.Name)
+	unavailable := nodeMPSUnavailable(np.plan, cn) // rules_check.go
+	if cn.feature.Annotations[agent.AnnotationMPSControl] == "" {
+		for _, res := range np.plan.Resources {
+			if needsDaemon(res.Sharing) {
+				note("%s needs the node's MPS control daemon: whether it is up cannot be known from the cluster", res.Name)
+			}
 		}
 	}
-	return printExplanation(out, errOut, format, cr.rs, np.plan, nil)
+	return printExplanation(out, errOut, format, cr.rs, np.plan, unavailable)
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -24,6 +25,14 @@ const (
 	// device counts, sorted by name: "example.com/a100=4,nvidia.com/gpu=2"
 	// ("" when it serves none).
 	AnnotationResources = "featureplug.io/resources"
+	// AnnotationMPSControl says whether the agent can start MPS control
+	// daemons: MPSControlFound, or why not ("nvidia-cuda-mps-control not
+	// found in PATH"), whatever the rules share, so that rules check and
+	// rules explain --node tell before MPS rules reach the node.
+	AnnotationMPSControl = "featureplug.io/mps-control"
+	// MPSControlFound is AnnotationMPSControl's value when the control
+	// program is there.
+	MPSControlFound = "found"
 )
 
 // ReasonResourcesChanged is the reason of the Normal Event the agent
@@ -119,7 +128,11 @@ func (a *Agent) planAnnotations(p *plan.Plan) map[string]string {
 	if p != a.plan {
 		digest = rulesDigestOf(a.ruleSet)
 	}
-	return map[string]string{AnnotationRulesDigest: digest, AnnotationResources: FormatResources(p)}
+	mpsControl := MPSControlFound
+	if _, err := mps.ResolveControlBinary(a.cfg.MPS.ControlBinary); err != nil {
+		mpsControl = err.Error()
+	}
+	return map[string]string{AnnotationRulesDigest: digest, AnnotationResources: FormatResources(p), AnnotationMPSControl: mpsControl}
 }
 
 // planServed records that p (made by a.ruleSet) now serves, and records a
