@@ -41,6 +41,8 @@ type RuleSet struct {
 	source   string
 	rules    []*rule
 	warnings []string
+	// settings are the agent flags an NVIDIA config sets (nvidia.go).
+	settings []AgentSetting
 }
 
 // rule is one compiled rule.

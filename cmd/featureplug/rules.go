@@ -21,6 +21,9 @@ import (
 type explainOutput struct {
 	Rules    string   `json:"rules"`
 	Warnings []string `json:"warnings,omitempty"`
+	// AgentSettings are the agent flags the rules file sets (an NVIDIA
+	// config's flags.plugin.deviceListStrategy, ...).
+	AgentSettings []rules.AgentSetting `json:"agentSettings,omitempty"`
 	// Unavailable says, per resource, why the agent would hold it back.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
 	// DRA is, per resource, its DRA DeviceClass (dra_explain.go).
@@ -140,7 +143,7 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 
 // printExplanation writes a plan in the chosen format.
 func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, plan *plan.Plan, unavailable map[string]string) error {
-	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), Unavailable: unavailable, Plan: plan}
+	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), AgentSettings: rs.AgentSettings(), Unavailable: unavailable, Plan: plan}
 	doc.DRA = draExplainView(errOut, rs) // dra_explain.go
 	draExplainFill(doc.DRA, resourceNames(plan))
 	switch format {
@@ -157,7 +160,15 @@ func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, p
 		return err
 	}
 	printWarnings(errOut, rs)
-	if _, err := fmt.Fprintf(out, "Rules: %s\n\n", rs.Source()); err != nil {
+	if _, err := fmt.Fprintf(out, "Rules: %s\n", rs.Source()); err != nil {
+		return err
+	}
+	if s := settingsSummary(rs); s != "" {
+		if _, err := fmt.Fprintf(out, "  %s\n", s); err != nil {
+			return err
+		}
+	}
+	if _, err := fmt.Fprintln(out); err != nil {
 		return err
 	}
 	if err := rules.WriteExplanationWith(out, plan, rules.ExplainOptions{DRA: doc.DRA}); err != nil {

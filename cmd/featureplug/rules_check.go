@@ -139,8 +139,10 @@ func (f *checkFlags) check(ctx context.Context, out, errOut io.Writer) error {
 			}
 		}
 		fmt.Fprintf(out, "%s: %s, %s (%s)\n", file, verdict, plural(len(rs.RuleNames()), "rule"), strings.Join(rs.RuleNames(), ", "))
-		if serve := rs.ServeSummary(); serve != "" {
-			fmt.Fprintf(out, "  %s\n", serve)
+		for _, line := range []string{rs.ServeSummary(), settingsSummary(rs)} {
+			if line != "" {
+				fmt.Fprintf(out, "  %s\n", line)
+			}
 		}
 	}
 	n := len(f.files)

@@ -284,6 +284,9 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		return err
 	}
 	routeKlog(log)
+	if err := applyAgentSettings(cmd.Flags(), f.rules, log); err != nil { // agentsettings.go
+		return err
+	}
 	src, err := f.src.open()
 	if err != nil {
 		return err
@@ -353,7 +356,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		Namespace:          f.namespace,
 		Source:             src,
 		Rules:              f.rules,
-		RulesEngine:        rulesengine.New(),
+		RulesEngine:        refuseSettingChanges(rulesengine.New(), cmd.Flags()),
 		DefaultServe:       plan.Serve(f.serve),
 		NodeLabels:         f.nodeLabels,
 		Publish:            agent.PublishMode(f.publish),
