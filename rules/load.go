@@ -404,7 +404,7 @@ func (c *checker) compileResource(r *rule) {
 		}
 		r.tmpl = t
 		r.tmplInputs, r.tmplMemoize = templateInputs(t, attrs)
-		if err := plan.ValidateResourceName(name); err != nil {
+		if err := templateNameError(name); err != nil {
 			c.ruleWarning(r, field, strconv.Quote(r.resource),
 				fmt.Sprintf("on a sample %s device (%s) the template gives an invalid name: %v", r.devices, sampleDescription(c.sample, r.devices), err))
 		}

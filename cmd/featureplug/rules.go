@@ -74,6 +74,38 @@ A rules file is a path or one of the builtin names: ` + strings.Join(rules.Built
 	return cmd
 }
 
+// printProblems prints the devices a plan leaves out because of their
+// rules as warnings, one a line per distinct message: a MIG strategy that
+// refuses a node leaves out every device for one reason, said once with
+// the count. where, when set, prefixes each line ("on node gpu-1: ").
+func printProblems(w io.Writer, where string, problems []plan.Problem) {
+	var order []string
+	devices := map[string][]string{}
+	for _, p := range problems {
+		if _, seen := devices[p.Message]; !seen {
+			order = append(order, p.Message)
+		}
+		devices[p.Message] = append(devices[p.Message], p.Description)
+	}
+	for _, msg := range order {
+		fmt.Fprintf(w, "warning: %sleft out: %s: %s\n", where, deviceList(devices[msg]), msg)
+	}
+}
+
+// deviceList names devices for a message: "GPU 0 MIG 1 (2g.10gb)", or "16
+// devices (GPU 0 MIG 0 (3g.20gb), ... and 12 more)".
+func deviceList(descs []string) string {
+	if len(descs) == 1 {
+		return descs[0]
+	}
+	const shown = 4
+	list := strings.Join(descs[:min(len(descs), shown)], ", ")
+	if len(descs) > shown {
+		list += fmt.Sprintf(", and %d more", len(descs)-shown)
+	}
+	return fmt.Sprintf("%d devices (%s)", len(descs), list)
+}
+
 // printWarnings prints a rule set's warnings, one a line.
 func printWarnings(w io.Writer, rs *rules.RuleSet) {
 	for _, warning := range rs.Warnings() {
@@ -89,6 +121,7 @@ func newRulesExplainCommand() *cobra.Command {
 		output     string
 		nodeLabels map[string]string
 		mpsControl string
+		view       explainView
 	)
 	cmd := &cobra.Command{
 		Use:   "explain",
@@ -97,14 +130,18 @@ func newRulesExplainCommand() *cobra.Command {
 rules and prints, for every device, the resource it becomes, the rule that
 claimed it, its sharing, and why each earlier rule did not claim it; then the
 resources. Without --rules it explains the default rules (builtin "none").
-Next to it is the DRA view: per resource the kubelet API that serves it (the
-rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
-"featureplug dra classes" makes for it.`,
+When a resource is served through DRA (a rule's serve: dra, or --serve dra as
+the agent is run with), or with --dra, the DRA view follows: per device and
+resource the kubelet API that serves it, and per resource the DeviceClass and
+CEL selector "featureplug dra classes" makes for it.`,
 		Example: `  featureplug rules explain --rules mixed --fake-node dgx-a100
   featureplug rules explain --rules rules.yaml --fake-node ./node.yaml --node-labels pool=inference
   featureplug rules explain --rules /etc/featureplug/rules.yaml -o json`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "yaml", "json"); err != nil {
+				return err
+			}
+			if err := view.check(); err != nil {
 				return err
 			}
 			if cluster.node != "" {
@@ -125,10 +162,9 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 			if err != nil {
 				return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to this node:\n%w", err)}
 			}
-			for _, p := range plan.Problems {
-				fmt.Fprintf(cmd.ErrOrStderr(), "warning: left out: %s\n", p.String())
-			}
-			return printExplanation(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailableResources(plan, mpsControlProblem(src, mpsControl, cmd.Flags().Changed("mps-control"))))
+			printProblems(cmd.ErrOrStderr(), "", plan.Problems)
+			unavailable := unavailableResources(plan, mpsControlProblem(src, mpsControl, cmd.Flags().Changed("mps-control")))
+			return view.print(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailable)
 		},
 	}
 	src.addFlags(cmd.Flags())
@@ -138,14 +174,57 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 	addDeprecatedAlias(cmd, "node-label", "node-labels")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
 	cmd.Flags().StringVar(&mpsControl, "mps-control", mps.DefaultControlBinary, "the MPS control program MPS-shared resources need")
+	cmd.Flags().StringVar((*string)(&view.serve), "serve", string(plan.ServeDevicePlugin), "the kubelet API of resources whose rule does not say serve, as the agent's run --serve: device-plugin or dra")
+	cmd.Flags().BoolVar(&view.dra, "dra", false, "show the DRA view (serving API, DeviceClass and CEL selector per resource) even when no resource is served through DRA")
 	return cmd
 }
 
-// printExplanation writes a plan in the chosen format.
+// explainView is what rules explain shows besides the plan.
+type explainView struct {
+	// serve is the agent's --serve for resources whose rule does not say.
+	serve plan.Serve
+	// dra asks for the DRA view, which is shown anyway when a resource is
+	// served through DRA.
+	dra bool
+}
+
+// check validates the view's flags.
+func (v explainView) check() error {
+	if v.serve != "" && v.serve != plan.ServeDevicePlugin && v.serve != plan.ServeDRA {
+		return usageErrorf("--serve: %q is not a kubelet API (use %s or %s)", v.serve, plan.ServeDevicePlugin, plan.ServeDRA)
+	}
+	return nil
+}
+
+// showsDRA reports whether the explanation of p has the DRA view.
+func (v explainView) showsDRA(p *plan.Plan) bool {
+	if v.dra {
+		return true
+	}
+	for i := range p.Resources {
+		if p.Resources[i].ServedBy(v.serve) == plan.ServeDRA {
+			return true
+		}
+	}
+	return false
+}
+
+// printExplanation writes a plan in the chosen format, with the DRA view
+// when a resource is served through DRA.
 func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, plan *plan.Plan, unavailable map[string]string) error {
-	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), AgentSettings: rs.AgentSettings(), Unavailable: unavailable, Plan: plan}
-	doc.DRA = draExplainView(errOut, rs) // dra_explain.go
-	draExplainFill(doc.DRA, resourceNames(plan))
+	return explainView{}.print(out, errOut, format, rs, plan, unavailable)
+}
+
+// print writes a plan in the chosen format.
+func (v explainView) print(out, errOut io.Writer, format string, rs *rules.RuleSet, p *plan.Plan, unavailable map[string]string) error {
+	if v.serve == "" {
+		v.serve = plan.ServeDevicePlugin
+	}
+	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), AgentSettings: rs.AgentSettings(), Unavailable: unavailable, Plan: p}
+	if v.showsDRA(p) {
+		doc.DRA = draExplainView(errOut, rs) // dra_explain.go
+		draExplainFill(doc.DRA, resourceNames(p))
+	}
 	switch format {
 	case "json":
 		enc := json.NewEncoder(out)
@@ -171,7 +250,7 @@ func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, p
 	if _, err := fmt.Fprintln(out); err != nil {
 		return err
 	}
-	if err := rules.WriteExplanationWith(out, plan, rules.ExplainOptions{DRA: doc.DRA}); err != nil {
+	if err := rules.WriteExplanationWith(out, p, rules.ExplainOptions{DRA: doc.DRA, DefaultServe: v.serve}); err != nil {
 		return errors.Join(errors.New("writing the explanation"), err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(unavailable)) {

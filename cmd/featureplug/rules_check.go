@@ -185,8 +185,12 @@ func checkOnNode(rs *rules.RuleSet, n *clusterNode) ([]string, error) {
 		return nil, fmt.Errorf("on node %s: %w", n.name, np.err)
 	}
 	var warnings []string
-	for _, p := range np.plan.Problems {
-		warnings = append(warnings, fmt.Sprintf("on node %s: left out: %s", n.name, p.String()))
+	var problems strings.Builder
+	printProblems(&problems, "on node "+n.name+": ", np.plan.Problems)
+	for _, line := range strings.Split(strings.TrimSpace(problems.String()), "\n") {
+		if line != "" {
+			warnings = append(warnings, strings.TrimPrefix(line, "warning: "))
+		}
 	}
 	unavailable := nodeMPSUnavailable(np.plan, n)
 	for _, name := range slices.Sorted(maps.Keys(unavailable)) {

@@ -184,9 +184,7 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 	if np.err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to node %s:\n%w", node, np.err)}
 	}
-	for _, p := range np.plan.Problems {
-		fmt.Fprintf(errOut, "warning: left out: %s\n", p.String())
-	}
+	printProblems(errOut, "", np.plan.Problems)
 	unavailable := nodeMPSUnavailable(np.plan, cn) // rules_check.go
 	if cn.feature.Annotations[agent.AnnotationMPSControl] == "" {
 		for _, res := range np.plan.Resources {
