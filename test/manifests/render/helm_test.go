@@ -74,6 +74,13 @@ func TestHelmMatchesKustomize(t *testing.T) {
 			},
 		},
 		{
+			name:   "runtimeClassName=nvidia = overlays/nodefeature + components/runtimeclass",
+			values: map[string]any{"runtimeClassName": "nvidia"},
+			kustomize: func(t *testing.T) []*unstructured.Unstructured {
+				return composed(t, "overlays/nodefeature", "components/runtimeclass")
+			},
+		},
+		{
 			name:   "dra.enabled = overlays/nodefeature + components/dra",
 			values: map[string]any{"dra": map[string]any{"enabled": true}},
 			kustomize: func(t *testing.T) []*unstructured.Unstructured {
@@ -254,6 +261,26 @@ func TestHelmRulesSources(t *testing.T) {
 				t.Errorf("rules.yaml:\n%s\nwant:\n%s", got, tc.wantContent)
 			}
 		})
+	}
+}
+
+// TestHelmRefusesNVIDIAValues: a value of NVIDIA's device-plugin chart
+// fails the render with the featureplug value to use, not the schema's
+// "additional properties not allowed".
+func TestHelmRefusesNVIDIAValues(t *testing.T) {
+	for _, tc := range []struct {
+		values map[string]any
+		want   string
+	}{
+		{map[string]any{"migStrategy": "mixed"}, "migStrategy is a value of NVIDIA's device-plugin chart, not featureplug's: the MIG strategy is a builtin rules file: --set rules.builtin=none|single|mixed"},
+		{map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver"}, "nvidiaDriverRoot is a value of NVIDIA's device-plugin chart, not featureplug's: --set driverRoot="},
+		{map[string]any{"config": map[string]any{"name": "time-slicing-config"}}, "--set rules.existingConfigMap=<ConfigMap>"},
+		{map[string]any{"failOnInitError": false, "gfd": map[string]any{"enabled": true}}, "failOnInitError is a value of NVIDIA's"},
+	} {
+		_, err := Helm(filepath.Join(manifestsDir(t), "helm", "featureplug"), name, namespace, tc.values)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "additional properties") {
+			t.Errorf("values %v: error %v, want one containing %q", tc.values, err, tc.want)
+		}
 	}
 }
 
