@@ -1,6 +1,9 @@
 // Package discovery reads what a node's NVIDIA GPUs are through an injected
 // nvml.Interface (the real driver or the fake node) into an Inventory, turns
-// the Inventory into NFD features, and watches NVML for health events.
+// the Inventory into NFD features, and watches NVML for health events. What
+// a health event does to a device is decided here too: NVIDIA's XID catalog
+// (xidcatalog.go) gives the defaults, a HealthPolicy the overrides, and
+// Decide the effect.
 //
 // Everything downstream (labels, rules, plugin servers) consumes the Inventory
 // or the Features derived from it; nothing downstream calls NVML.

@@ -25,10 +25,27 @@ const defaultWaitTimeout = 100 * time.Millisecond
 // never reaches the plugin's recovery period (5 minutes by default).
 const defaultEvidenceInterval = time.Minute
 
+// resetReadTTL is how long a reading of a GPU's reset evidence taken for an
+// event serves the next events of that GPU: an XID storm costs three NVML
+// calls per GPU per TTL, not per event.
+const resetReadTTL = time.Second
+
 // HealthOptions configure a HealthWatcher.
 type HealthOptions struct {
-	// IgnoredXIDs are XIDs that never make a device unhealthy. Nil means
-	// DefaultIgnoredXIDs(); an empty, non-nil slice ignores none.
+	// AllEvents sends every event NVML reports, for a consumer that decides
+	// what each does with Decide and a HealthPolicy: every XID (IgnoredXIDs
+	// does not apply: a policy says which to ignore), the ECC error and
+	// recovery events with NVML's reset evidence (HealthEvent.ResetPending),
+	// the kinds only a policy can weigh (EventRecoveryAction,
+	// EventNVLinkDown, EventNVLinkErrors, EventPageRetirementFailure, and
+	// EventGPULost from EventTypeGpuUnavailableError), and the recovery
+	// evidence EventResetCleared. Unset, the watcher sends only events that
+	// mean "unhealthy now", for a consumer that marks a device unhealthy
+	// for every event it gets: XIDs the default policy leaves healthy are
+	// dropped, with IgnoredXIDs.
+	AllEvents bool
+	// IgnoredXIDs are XIDs dropped without AllEvents, on top of those the
+	// catalog's default policy leaves healthy (effect none or count).
 	IgnoredXIDs []uint64
 	// WaitTimeout bounds one NVML event wait (default 100ms): how long Run
 	// takes to return after its context ends. Events are delivered as soon
@@ -36,8 +53,9 @@ type HealthOptions struct {
 	WaitTimeout time.Duration
 	// EvidenceInterval is how often the evidence of earlier failures
 	// (pending retired pages or row remappings, volatile double-bit ECC
-	// counts) is read again after the first reading at start; while it
-	// lasts the GPU's HealthEvent is sent again, so the GPU stays
+	// counts; with AllEvents also recovery actions and NVLink states and
+	// recovery failures) is read again after the first reading at start;
+	// while it lasts the GPU's HealthEvent is sent again, so the GPU stays
 	// unhealthy. Default 1 minute; negative: read only at start.
 	EvidenceInterval time.Duration
 	// Logger receives watcher diagnostics (default: discarded).
@@ -48,24 +66,43 @@ type HealthOptions struct {
 }
 
 // HealthWatcher turns NVML events (critical XIDs, double-bit ECC errors)
-// into per-device HealthEvents.
+// and the evidence NVML keeps into per-device HealthEvents.
 type HealthWatcher struct {
 	lib      nvml.Interface
+	all      bool
 	ignored  []uint64
 	wait     int
 	evidence time.Duration
 	log      *slog.Logger
 	now      func() time.Time
+	// gpus is what Run remembers of each GPU between readings, by UUID;
+	// only Run's goroutine uses it.
+	gpus map[string]*gpuState
+}
+
+// gpuState is what the watcher remembers of one GPU between readings.
+type gpuState struct {
+	// resetKnown is set once a reading said whether a reset is pending.
+	resetKnown, resetPending bool
+	// resetReadAt is when the reset evidence was last read for an event,
+	// and readPending what that reading found.
+	resetReadAt time.Time
+	readPending bool
+	// action is the last recovery action reported ("" none).
+	action RecoveryAction
+	// links are the NVLinks seen active; linksKnown once read.
+	links      LinkSet
+	linksKnown bool
+	// failures are the NVLink recovery failures per link last read.
+	failures      [nvml.NVLINK_MAX_LINKS]uint64
+	failuresKnown bool
 }
 
 // NewHealthWatcher returns a watcher over lib, which must be initialized.
 func NewHealthWatcher(lib nvml.Interface, o HealthOptions) *HealthWatcher {
-	w := &HealthWatcher{lib: lib, ignored: o.IgnoredXIDs, log: o.Logger}
+	w := &HealthWatcher{lib: lib, all: o.AllEvents, ignored: o.IgnoredXIDs, log: o.Logger, gpus: map[string]*gpuState{}}
 	if o.Clock != nil {
 		w.now = o.Clock.Now
-	}
-	if w.ignored == nil {
-		w.ignored = DefaultIgnoredXIDs()
 	}
 	timeout := o.WaitTimeout
 	if timeout <= 0 {
@@ -85,8 +122,40 @@ func NewHealthWatcher(lib nvml.Interface, o HealthOptions) *HealthWatcher {
 	return w
 }
 
+// dropped reports whether an XID is not sent: without AllEvents, those
+// the default policy leaves healthy and IgnoredXIDs.
+func (w *HealthWatcher) dropped(xid uint64) bool {
+	if w.all {
+		return false
+	}
+	if slices.Contains(w.ignored, xid) {
+		return true
+	}
+	effect, _ := HealthPolicy{}.XIDEffect(xid)
+	return !effect.Unhealthy()
+}
+
+// eventMask is the event types the watcher registers for.
+func (w *HealthWatcher) eventMask() uint64 {
+	mask := uint64(nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError)
+	if w.all {
+		mask |= nvml.EventTypeDramRetirementFailure | nvml.EventTypeGpuUnavailableError | nvml.EventTypeGpuRecoveryAction
+	}
+	return mask
+}
+
+// state returns what the watcher remembers of a GPU.
+func (w *HealthWatcher) state(uuid string) *gpuState {
+	st, ok := w.gpus[uuid]
+	if !ok {
+		st = &gpuState{}
+		w.gpus[uuid] = st
+	}
+	return st
+}
+
 // Run registers for critical events on every GPU of the inventory and sends
-// a HealthEvent on out for each one that is not ignored, until ctx ends. The
+// a HealthEvent on out for each one that is not dropped, until ctx ends. The
 // inventory function is called for every event so that MIG devices created
 // after Run started are named correctly. Run returns nil when ctx ends.
 //
@@ -126,7 +195,7 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 			w.log.Warn("health events not supported; device stays healthy", "gpu", g.UUID, "reason", ret.Error())
 			continue
 		}
-		mask := supported & (nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError)
+		mask := supported & w.eventMask()
 		if mask == 0 {
 			w.log.Warn("no critical event types supported; device stays healthy", "gpu", g.UUID)
 			continue
@@ -140,7 +209,7 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 			return check(ret, "event registration", "GPU "+g.UUID)
 		}
 	}
-	evidence, problems := w.ReadEvidence(inv)
+	evidence, problems := w.readEvidence(inv, w.state)
 	for _, p := range problems {
 		w.log.Warn("cannot read failure evidence; the GPU's earlier failures are not known", "gpu", p.GPUUUID, "reason", p.Err.Error())
 	}
@@ -150,8 +219,10 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 		}
 	}
 	for _, ev := range start {
-		w.log.Warn("GPU unhealthy at start: NVML keeps evidence of an earlier failure",
-			"gpu", ev.GPUUUID, "kind", ev.Kind, "count", ev.Count)
+		if ev.Kind != EventResetCleared {
+			w.log.Warn("GPU unhealthy at start: NVML keeps evidence of an earlier failure",
+				"gpu", ev.GPUUUID, "kind", ev.Kind, "count", ev.Count)
+		}
 		w.send(ctx, out, ev)
 	}
 
@@ -160,7 +231,7 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 		data, ret := set.Wait(uint32(w.wait))
 		if w.evidence > 0 && !w.now().Before(nextEvidence) {
 			nextEvidence = w.now().Add(w.evidence)
-			evs, _ := w.ReadEvidence(inventory())
+			evs, _ := w.readEvidence(inventory(), w.state)
 			for _, ev := range evs {
 				w.send(ctx, out, ev)
 			}
@@ -178,8 +249,7 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 			w.log.Warn("waiting for NVML events failed", "reason", ret.Error())
 			continue
 		}
-		ev, ok := w.event(inventory(), data)
-		if ok {
+		for _, ev := range w.events(inventory(), data) {
 			w.send(ctx, out, ev)
 		}
 	}
@@ -232,14 +302,36 @@ type EvidenceProblem struct {
 // earlier failures that NVML keeps across processes, and returns one
 // HealthEvent per finding: EventRetiredPagesPending, EventRowRemapPending,
 // EventRowRemapFailure, EventECCVolatileDoubleBit, and EventGPULost for a
-// GPU that is (or was, at discovery) lost. A query the GPU does not support
+// GPU that is (or was, at discovery) lost; with AllEvents also
+// EventRecoveryAction (an action is pending), EventNVLinkErrors (links
+// failed to recover since the driver loaded) and, for a GPU without any
+// pending reset, EventResetCleared. A query the GPU does not support
 // (NOT_SUPPORTED, or FUNCTION_NOT_FOUND from an older library) is no
 // evidence; any other failure is returned as a problem and is no evidence
-// either. It makes at most four NVML calls per GPU.
+// either. It makes at most four NVML calls per GPU, five with AllEvents.
+// It reads as the watcher does when it starts, without its memory of
+// earlier readings.
 func (w *HealthWatcher) ReadEvidence(inv *Inventory) ([]HealthEvent, []EvidenceProblem) {
+	fresh := map[string]*gpuState{}
+	return w.readEvidence(inv, func(uuid string) *gpuState {
+		if st, ok := fresh[uuid]; ok {
+			return st
+		}
+		st := &gpuState{}
+		fresh[uuid] = st
+		return st
+	})
+}
+
+// readEvidence is ReadEvidence with the memory of earlier readings that
+// state returns per GPU: NVLinks are compared with the links seen active,
+// recovery failures with the last count, and EventResetCleared is sent at
+// the first reading of a GPU without a pending reset and when one clears.
+func (w *HealthWatcher) readEvidence(inv *Inventory, state func(string) *gpuState) ([]HealthEvent, []EvidenceProblem) {
 	var evs []HealthEvent
 	var problems []EvidenceProblem
-	for _, g := range inv.GPUs {
+	for gi := range inv.GPUs {
+		g := &inv.GPUs[gi]
 		lostEvent := HealthEvent{GPUUUID: g.UUID, Kind: EventGPULost, Time: w.now()}
 		if g.Lost {
 			evs = append(evs, lostEvent)
@@ -254,7 +346,7 @@ func (w *HealthWatcher) ReadEvidence(inv *Inventory) ([]HealthEvent, []EvidenceP
 			problems = append(problems, EvidenceProblem{g.UUID, check(ret, "device handle", "GPU "+g.UUID)})
 			continue
 		}
-		found, isLost, errs := w.gpuEvidence(h, g.UUID)
+		found, isLost, errs := w.gpuEvidence(h, g, state(g.UUID))
 		if isLost {
 			evs = append(evs, lostEvent)
 			continue
@@ -267,53 +359,238 @@ func (w *HealthWatcher) ReadEvidence(inv *Inventory) ([]HealthEvent, []EvidenceP
 	return evs, problems
 }
 
-// gpuEvidence reads one GPU's failure evidence.
-func (w *HealthWatcher) gpuEvidence(h nvml.Device, uuid string) (evs []HealthEvent, isLost bool, errs []error) {
-	dev := "GPU " + uuid
-	// answered reports whether a query answered, recording a lost GPU or
-	// an error otherwise.
-	answered := func(ret nvml.Return, what string) bool {
-		switch {
-		case ret == nvml.SUCCESS:
-			return true
-		case lost(ret):
-			isLost = true
-		case ret != nvml.ERROR_NOT_SUPPORTED && ret != nvml.ERROR_FUNCTION_NOT_FOUND && ret != nvml.ERROR_NOT_FOUND:
-			errs = append(errs, check(ret, what, dev))
-		}
-		return false
-	}
-	add := func(kind HealthEventKind, count uint64) {
-		evs = append(evs, HealthEvent{GPUUUID: uuid, Kind: kind, Count: count, Time: w.now()})
-	}
+// answers tells, for one GPU's queries, whether each answered, recording
+// a lost GPU or an error otherwise.
+type answers struct {
+	dev    string
+	isLost bool
+	errs   []error
+}
 
-	pending, ret := h.GetRetiredPagesPendingStatus()
-	if answered(ret, "retired pages pending status") && pending == nvml.FEATURE_ENABLED {
-		add(EventRetiredPagesPending, 0)
+// answered reports whether a query answered. NOT_SUPPORTED,
+// FUNCTION_NOT_FOUND and NOT_FOUND are no answer and no error.
+func (a *answers) answered(ret nvml.Return, what string) bool {
+	switch {
+	case ret == nvml.SUCCESS:
+		return true
+	case lost(ret):
+		a.isLost = true
+	case ret != nvml.ERROR_NOT_SUPPORTED && ret != nvml.ERROR_FUNCTION_NOT_FOUND && ret != nvml.ERROR_NOT_FOUND:
+		a.errs = append(a.errs, check(ret, what, a.dev))
 	}
-	if isLost {
-		return nil, true, nil
+	return false
+}
+
+// memoryEvidence is what NVML says about a GPU's memory repairs.
+type memoryEvidence struct {
+	retiredPending, remapPending, remapFailed bool
+	// known is set when either query answered.
+	known bool
+}
+
+// readMemory reads pending page retirement and row remapping (two calls).
+func readMemory(h nvml.Device, a *answers) memoryEvidence {
+	var m memoryEvidence
+	pending, ret := h.GetRetiredPagesPendingStatus()
+	if a.answered(ret, "retired pages pending status") {
+		m.known = true
+		m.retiredPending = pending == nvml.FEATURE_ENABLED
+	}
+	if a.isLost {
+		return m
 	}
 	_, _, remapPending, remapFailed, ret := h.GetRemappedRows()
-	if answered(ret, "remapped rows") {
-		if remapPending {
-			add(EventRowRemapPending, 0)
-		}
-		if remapFailed {
-			add(EventRowRemapFailure, 0)
+	if a.answered(ret, "remapped rows") {
+		m.known = true
+		m.remapPending, m.remapFailed = remapPending, remapFailed
+	}
+	return m
+}
+
+// gpuEvidence reads one GPU's failure evidence.
+func (w *HealthWatcher) gpuEvidence(h nvml.Device, g *GPU, st *gpuState) (evs []HealthEvent, isLost bool, errs []error) {
+	a := &answers{dev: "GPU " + g.UUID}
+	add := func(ev HealthEvent) {
+		ev.GPUUUID, ev.Time = g.UUID, w.now()
+		evs = append(evs, ev)
+	}
+
+	m := readMemory(h, a)
+	if a.isLost {
+		return nil, true, nil
+	}
+	var fields linkFields
+	if w.all {
+		fields = readLinkFields(h, a)
+		if a.isLost {
+			return nil, true, nil
 		}
 	}
-	if isLost {
-		return nil, true, nil
+	pending := m.retiredPending || m.remapPending || fields.action.Pending()
+	if m.retiredPending {
+		add(HealthEvent{Kind: EventRetiredPagesPending, ResetPending: w.all})
+	}
+	if m.remapPending {
+		add(HealthEvent{Kind: EventRowRemapPending, ResetPending: w.all})
+	}
+	if m.remapFailed {
+		add(HealthEvent{Kind: EventRowRemapFailure, ResetPending: w.all && pending})
 	}
 	dbe, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
-	if answered(ret, "volatile uncorrectable ECC errors") && dbe > 0 {
-		add(EventECCVolatileDoubleBit, dbe)
+	if a.answered(ret, "volatile uncorrectable ECC errors") && dbe > 0 {
+		add(HealthEvent{Kind: EventECCVolatileDoubleBit, Count: dbe, ResetPending: w.all && pending})
 	}
-	if isLost {
+	if a.isLost {
 		return nil, true, nil
 	}
-	return evs, false, errs
+	if !w.all {
+		return evs, false, a.errs
+	}
+
+	if fields.action.Pending() {
+		add(HealthEvent{Kind: EventRecoveryAction, RecoveryAction: fields.action, ResetPending: true})
+	}
+	st.action = fields.action
+	if ev, ok := st.linksDown(fields, g.NVLinks); ok {
+		add(ev)
+	}
+	if ev, ok := st.newLinkFailures(fields); ok {
+		ev.ResetPending = pending
+		add(ev)
+	}
+	// Whether a reset is pending is known when a source of reset evidence
+	// answered and none failed: a query that failed might hide one.
+	if known := (m.known || fields.actionKnown) && len(a.errs) == 0; known {
+		if !pending && (!st.resetKnown || st.resetPending) {
+			add(HealthEvent{Kind: EventResetCleared})
+		}
+		st.resetKnown, st.resetPending = true, pending
+	}
+	return evs, false, a.errs
+}
+
+// linkFields is what one GetFieldValues call says of a GPU: its recovery
+// action and, per NVLink, its state and recovery failures.
+type linkFields struct {
+	action      RecoveryAction
+	actionKnown bool
+	// active are the links that read active; statesKnown once one answered.
+	active      LinkSet
+	statesKnown bool
+	// failures are the recovery failures per link; failuresKnown once one
+	// answered.
+	failures      [nvml.NVLINK_MAX_LINKS]uint64
+	failuresKnown bool
+}
+
+// readLinkFields reads the recovery action, and the state and recovery
+// failures of every NVLink, in one GetFieldValues call.
+func readLinkFields(h nvml.Device, a *answers) linkFields {
+	const links = nvml.NVLINK_MAX_LINKS
+	values := make([]nvml.FieldValue, 1+2*links)
+	values[0] = nvml.FieldValue{FieldId: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION}
+	for l := range links {
+		values[1+l] = nvml.FieldValue{FieldId: nvml.FI_DEV_NVLINK_GET_STATE, ScopeId: uint32(l)}
+		values[1+links+l] = nvml.FieldValue{FieldId: nvml.FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS, ScopeId: uint32(l)}
+	}
+	var f linkFields
+	if !a.answered(h.GetFieldValues(values), "recovery action and NVLink fields") {
+		return f
+	}
+	for i, v := range values {
+		ret := nvml.Return(v.NvmlReturn)
+		if lost(ret) {
+			a.isLost = true
+			return f
+		}
+		if ret != nvml.SUCCESS {
+			continue // not supported, or a link past the GPU's last
+		}
+		switch {
+		case i == 0:
+			f.action, f.actionKnown = recoveryActionOf(fieldUint(v)), true
+		case i <= links:
+			f.statesKnown = true
+			if fieldUint(v) != 0 {
+				f.active = f.active.Add(i - 1)
+			}
+		default:
+			f.failuresKnown = true
+			f.failures[i-1-links] = fieldUint(v)
+		}
+	}
+	return f
+}
+
+// linksDown compares the links that read active with those seen active
+// before (at least as many as discovery counted) and returns an
+// EventNVLinkDown while some are down; it remembers links that came up.
+func (st *gpuState) linksDown(f linkFields, discovered int) (HealthEvent, bool) {
+	if !f.statesKnown {
+		return HealthEvent{}, false
+	}
+	st.links |= f.active
+	st.linksKnown = true
+	baseline := max(st.links.Len(), discovered)
+	down := baseline - f.active.Len()
+	if down <= 0 {
+		return HealthEvent{}, false
+	}
+	return HealthEvent{Kind: EventNVLinkDown, Count: uint64(down), Links: st.links &^ f.active}, true
+}
+
+// newLinkFailures compares the NVLink recovery failures with the last
+// reading: at the first reading any failure counts, then only new ones.
+// A count that went down (the driver reloaded) starts again from it.
+func (st *gpuState) newLinkFailures(f linkFields) (HealthEvent, bool) {
+	if !f.failuresKnown {
+		return HealthEvent{}, false
+	}
+	var ev HealthEvent
+	for l, n := range f.failures {
+		var before uint64
+		if st.failuresKnown {
+			before = st.failures[l]
+		}
+		if n > before {
+			ev.Count += n - before
+			ev.Links = ev.Links.Add(l)
+		}
+	}
+	st.failures, st.failuresKnown = f.failures, true
+	if ev.Count == 0 {
+		return HealthEvent{}, false
+	}
+	ev.Kind = EventNVLinkErrors
+	return ev, true
+}
+
+// resetEvidence reads whether a GPU needs a reset, for an event on it: its
+// recovery action and pending page retirement or row remapping (three
+// calls, or none when a reading younger than resetReadTTL serves). A
+// pending reset it finds is remembered, so that the evidence reading that
+// sees it clear reports EventResetCleared.
+func (w *HealthWatcher) resetEvidence(h nvml.Device, uuid string) (pending bool, action RecoveryAction) {
+	st := w.state(uuid)
+	now := w.now()
+	if age := now.Sub(st.resetReadAt); !st.resetReadAt.IsZero() && age >= 0 && age < resetReadTTL {
+		return st.readPending, st.action
+	}
+	a := &answers{dev: "GPU " + uuid}
+	m := readMemory(h, a)
+	values := []nvml.FieldValue{{FieldId: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION}}
+	if a.answered(h.GetFieldValues(values), "recovery action") && nvml.Return(values[0].NvmlReturn) == nvml.SUCCESS {
+		action = recoveryActionOf(fieldUint(values[0]))
+	}
+	for _, err := range a.errs {
+		w.log.Debug("cannot read the GPU's reset evidence", "gpu", uuid, "reason", err.Error())
+	}
+	pending = m.retiredPending || m.remapPending || action.Pending()
+	st.resetReadAt, st.readPending = now, pending
+	if pending {
+		st.resetKnown, st.resetPending = true, true
+	}
+	return pending, action
 }
 
 func (w *HealthWatcher) send(ctx context.Context, out chan<- HealthEvent, ev HealthEvent) {
@@ -323,37 +600,67 @@ func (w *HealthWatcher) send(ctx context.Context, out chan<- HealthEvent, ev Hea
 	}
 }
 
-// event maps one NVML event to a HealthEvent; ok is false for events that
-// do not affect health (ignored XIDs, other types, unknown devices).
-func (w *HealthWatcher) event(inv *Inventory, data nvml.EventData) (HealthEvent, bool) {
+// events maps one NVML event to the HealthEvents it gives; none for events
+// that are dropped (see HealthOptions.AllEvents), of other types, or from
+// unknown devices. With AllEvents an XID or error event carries NVML's reset
+// evidence, and a recovery action that changed comes as an
+// EventRecoveryAction too.
+func (w *HealthWatcher) events(inv *Inventory, data nvml.EventData) []HealthEvent {
 	var ev HealthEvent
 	switch data.EventType {
 	case nvml.EventTypeXidCriticalError:
-		if slices.Contains(w.ignored, data.EventData) {
-			w.log.Info("ignoring application XID", "xid", data.EventData)
-			return ev, false
+		if w.dropped(data.EventData) {
+			w.log.Info("ignoring an XID that leaves the GPU healthy", "xid", data.EventData)
+			return nil
 		}
 		ev.Kind, ev.XID = EventXID, data.EventData
 	case nvml.EventTypeDoubleBitEccError:
 		ev.Kind = EventECCDoubleBit
+	case nvml.EventTypeDramRetirementFailure:
+		ev.Kind = EventPageRetirementFailure
+	case nvml.EventTypeGpuUnavailableError:
+		ev.Kind = EventGPULost
+	case nvml.EventTypeGpuRecoveryAction:
+		ev.Kind = EventRecoveryAction
 	default:
-		return ev, false
+		return nil
 	}
 	if data.Device == nil {
-		return ev, false
+		return nil
 	}
 	uuid, ret := data.Device.GetUUID()
 	if ret != nvml.SUCCESS {
 		w.log.Warn("event from a device without UUID", "reason", ret.Error())
-		return ev, false
+		return nil
 	}
 	g, found := inv.GPUByUUID(uuid)
 	if !found {
-		return ev, false
+		return nil
 	}
 	ev.GPUUUID, ev.Time = g.UUID, w.now()
 	ev.MIGUUID = migOfEvent(g, data.GpuInstanceId, data.ComputeInstanceId)
-	return ev, true
+	if !w.all || ev.Kind == EventGPULost {
+		return []HealthEvent{ev}
+	}
+
+	st := w.state(g.UUID)
+	before := st.action
+	pending, action := w.resetEvidence(data.Device, g.UUID)
+	ev.ResetPending = pending
+	if ev.Kind == EventRecoveryAction {
+		st.action = action
+		if !action.Pending() {
+			return nil // the action was taken; the evidence reading reports it
+		}
+		ev.RecoveryAction, ev.MIGUUID = action, ""
+		return []HealthEvent{ev}
+	}
+	out := []HealthEvent{ev}
+	if action.Pending() && action != before {
+		st.action = action
+		out = append(out, HealthEvent{GPUUUID: g.UUID, Kind: EventRecoveryAction, RecoveryAction: action, ResetPending: true, Time: ev.Time})
+	}
+	return out
 }
 
 // migOfEvent names the MIG device an event's GI/CI IDs point at, or "" when

@@ -77,35 +77,20 @@ func TestHealthWatcher(t *testing.T) {
 	}
 }
 
-func TestHealthWatcherIgnoredSetIsConfigurable(t *testing.T) {
+// TestHealthWatcherIgnoredXIDsAddToTheCatalog: without AllEvents the
+// watcher drops the XIDs the catalog leaves healthy (13: RESTART_APP) and
+// IgnoredXIDs on top (79); XID 109, which NVIDIA's device plugin ignores, is
+// RESET_GPU in the catalog and comes through.
+func TestHealthWatcherIgnoredXIDsAddToTheCatalog(t *testing.T) {
 	node, inv := discoverNode(t, "dgx-h100")
-	// Ignore nothing: XID 13 now counts; and ignore 79 explicitly.
-	w := discovery.NewHealthWatcher(node.NVML(), discovery.HealthOptions{IgnoredXIDs: []uint64{79}, WaitTimeout: 20 * time.Millisecond})
-	events := make(chan discovery.HealthEvent, 4)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx, func() *discovery.Inventory { return inv }, events) }()
-	for _, xid := range []uint64{79, 13} {
+	events := startWatcher(t, node, inv, discovery.HealthOptions{IgnoredXIDs: []uint64{79}, WaitTimeout: 20 * time.Millisecond})
+	for _, xid := range []uint64{79, 13, 94, 109} {
 		if err := node.InjectXID(0, xid); err != nil {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case ev := <-events:
-		if ev.XID != 13 {
-			t.Errorf("got XID %d, want 13 (79 is ignored)", ev.XID)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no health event")
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after its context ended")
+	if ev := receive(t, events); ev.XID != 109 {
+		t.Errorf("got XID %d, want 109 (79 is ignored, 13 and 94 leave the GPU healthy)", ev.XID)
 	}
 }
 
@@ -192,7 +177,7 @@ func TestHealthWatcherEvidenceRepeats(t *testing.T) {
 func TestHealthEventLatencyIndependentOfWaitTimeout(t *testing.T) {
 	node, inv := discoverNode(t, "dgx-h100")
 	events := startWatcher(t, node, inv, discovery.HealthOptions{WaitTimeout: time.Hour, EvidenceInterval: -1})
-	for i, xid := range []uint64{79, 48, 94} {
+	for i, xid := range []uint64{79, 48, 95} {
 		if err := node.InjectXID(i, xid); err != nil {
 			t.Fatal(err)
 		}

@@ -68,6 +68,23 @@
 // reports names a template makes invalid for a device, any device that
 // would be advertised twice, and one resource given two serves on a node.
 //
+// # Health
+//
+// A health section gives node pools their own health policy: what each XID
+// (per XID, or per resolution of NVIDIA's XID catalog) and each other kind
+// of health event does to a device, the quiet periods, and whether devices
+// are unhealthy while NVML fails. The first entry whose nodeSelector
+// selects a node is its policy, carried on its Plan as a
+// discovery.HealthPolicy (applied with discovery.Decide):
+//
+//	health:
+//	- name: inference
+//	  nodeSelector: {matchLabels: {pool: inference}}
+//	  xids: {94: until-quiet}            # none, count, until-quiet, until-reset, until-reboot
+//	  resolutions: {RESET_GPU: until-reboot}
+//	  events: {ecc-volatile-double-bit: none}
+//	  quietPeriod: 10m
+//
 // The builtin files (BuiltinNames) reproduce NVIDIA's device plugin
 // strategies as rules: none (the Default), single and mixed, plus per-model,
 // an example of per-model names and sharing.

@@ -14,10 +14,13 @@ type Error struct {
 	Source string
 	// Line is the 1-based line the problem is on, 0 when unknown.
 	Line int
-	// Rule is the index of the rule in the file, -1 for the file itself.
+	// Rule is the index of the rule in the file (of the entry in Section),
+	// -1 for the file itself.
 	Rule int
-	// RuleName is the rule's name, when it has one.
+	// RuleName is the rule's (or entry's) name, when it has one.
 	RuleName string
+	// Section is the list Rule indexes when it is not rules: "health".
+	Section string
 	// Field is the path of the offending field inside the rule (or inside
 	// the file when Rule is -1), e.g. "sharing.replicas"; empty for the rule
 	// or file as a whole.
@@ -39,7 +42,7 @@ func (e *Error) Error() string {
 	}
 	b.WriteString(": ")
 	if e.Rule >= 0 {
-		fmt.Fprintf(&b, "rules[%d]", e.Rule)
+		fmt.Fprintf(&b, "%s[%d]", e.section(), e.Rule)
 		if e.RuleName != "" {
 			fmt.Fprintf(&b, " %q", e.RuleName)
 		}
@@ -53,4 +56,12 @@ func (e *Error) Error() string {
 		b.WriteString(" (have " + e.Value + ")")
 	}
 	return b.String()
+}
+
+// section is the list Rule indexes: Section, or "rules".
+func (e *Error) section() string {
+	if e.Section == "" {
+		return "rules"
+	}
+	return e.Section
 }

@@ -20,6 +20,8 @@ type fileSpec struct {
 	APIVersion string     `json:"apiVersion"`
 	Kind       string     `json:"kind"`
 	Rules      []ruleSpec `json:"rules"`
+	// Health is the health policy per node pool (health.go).
+	Health []healthSpec `json:"health,omitempty"`
 }
 
 // ruleSpec is one rule as written.

@@ -40,6 +40,7 @@ const builtinPrefix = "builtin:"
 type RuleSet struct {
 	source   string
 	rules    []*rule
+	health   []*healthEntry // the health section (health.go)
 	warnings []string
 	// settings are the agent flags an NVIDIA config sets (nvidia.go).
 	settings []AgentSetting
@@ -172,12 +173,12 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 	c := &checker{source: source, doc: doc}
 
 	for _, u := range doc.unknownFields(reflect.TypeFor[fileSpec]()) {
-		rule, field := c.split(u.at)
+		section, rule, field := c.split(u.at)
 		msg := fmt.Sprintf("unknown field %q", u.key)
 		if u.duplicate > 0 {
 			msg = fmt.Sprintf("%q is given twice (first on line %d)", u.key, u.duplicate)
 		}
-		c.add(false, &Error{Line: u.line, Rule: rule, Field: field.String(), Msg: msg})
+		c.add(false, &Error{Line: u.line, Section: section, Rule: rule, Field: field.String(), Msg: msg})
 	}
 
 	var spec fileSpec
@@ -231,6 +232,7 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 		}
 		rs.rules = append(rs.rules, r)
 	}
+	rs.health = c.compileHealth(spec.Health) // health.go
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}
@@ -248,15 +250,19 @@ type checker struct {
 	warnings []string
 }
 
-// split turns a document path into a rule index (-1 for none) and the path
-// inside the rule.
-func (c *checker) split(p path) (int, path) {
-	if len(p) >= 2 && p[0] == "rules" {
+// split turns a document path into a section ("" for rules, "health"), an
+// index in it (-1 for none) and the path inside the rule or entry.
+func (c *checker) split(p path) (string, int, path) {
+	if len(p) >= 2 && (p[0] == "rules" || p[0] == "health") {
 		if i, ok := p[1].(int); ok {
-			return i, p[2:]
+			section := ""
+			if p[0] == "health" {
+				section = "health"
+			}
+			return section, i, p[2:]
 		}
 	}
-	return -1, p
+	return "", -1, p
 }
 
 // add records an error or, with warning set, a warning. It fills in the
@@ -264,7 +270,7 @@ func (c *checker) split(p path) (int, path) {
 func (c *checker) add(warning bool, e *Error) {
 	e.Source = c.source
 	if e.Rule >= 0 && e.RuleName == "" {
-		e.RuleName = c.doc.scalar(path{"rules", e.Rule, "name"})
+		e.RuleName = c.doc.scalar(path{e.section(), e.Rule, "name"})
 	}
 	if warning {
 		c.warnings = append(c.warnings, e.Error())
@@ -292,8 +298,8 @@ func (c *checker) decodeError(err error) {
 	if errors.As(err, &te) {
 		have, _, _ := strings.Cut(te.Value, " ")
 		if at, line, ok := c.doc.locateTypeError(reflect.TypeFor[fileSpec](), te.Field, have); ok {
-			rule, field := c.split(at)
-			c.add(false, &Error{Line: line, Rule: rule, Field: field.String(), Value: c.doc.scalar(at),
+			section, rule, field := c.split(at)
+			c.add(false, &Error{Line: line, Section: section, Rule: rule, Field: field.String(), Value: c.doc.scalar(at),
 				Msg: fmt.Sprintf("must be %s, not %s", jsonTypeName(te.Type), have)})
 			return
 		}

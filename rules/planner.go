@@ -88,6 +88,7 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 	var singleResource string
 	plan.MIGStrategy, singleResource = rs.migStrategy(nodeMiss)
 	applySingle(inv, plan, singleResource)
+	plan.Health, plan.HealthSource = rs.healthFor(node) // health.go
 	return plan, nil
 }
 

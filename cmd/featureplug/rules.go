@@ -28,6 +28,8 @@ type explainOutput struct {
 	Unavailable map[string]string `json:"unavailable,omitempty"`
 	// DRA is, per resource, its DRA DeviceClass (dra_explain.go).
 	DRA map[string]rules.DRAClass `json:"dra,omitempty"`
+	// HealthPolicy is the node's effective health policy.
+	HealthPolicy rules.HealthView `json:"healthPolicy"`
 	*plan.Plan
 }
 
@@ -176,6 +178,7 @@ CEL selector "featureplug dra classes" makes for it.`,
 	cmd.Flags().StringVar(&mpsControl, "mps-control", mps.DefaultControlBinary, "the MPS control program MPS-shared resources need")
 	cmd.Flags().StringVar((*string)(&view.serve), "serve", string(plan.ServeDevicePlugin), "the kubelet API of resources whose rule does not say serve, as the agent's run --serve: device-plugin or dra")
 	cmd.Flags().BoolVar(&view.dra, "dra", false, "show the DRA view (serving API, DeviceClass and CEL selector per resource) even when no resource is served through DRA")
+	cmd.Flags().BoolVar(&view.health, "health", false, "show the node's health policy (what each XID and health event does) even when no health entry of the rules selects the node")
 	return cmd
 }
 
@@ -186,7 +189,13 @@ type explainView struct {
 	// dra asks for the DRA view, which is shown anyway when a resource is
 	// served through DRA.
 	dra bool
+	// health asks for the node's health policy, which is shown anyway
+	// when a health entry of the rules selects the node.
+	health bool
 }
+
+// showsHealth reports whether the explanation of p has the health policy.
+func (v explainView) showsHealth(p *plan.Plan) bool { return v.health || p.Health != nil }
 
 // check validates the view's flags.
 func (v explainView) check() error {
@@ -220,7 +229,8 @@ func (v explainView) print(out, errOut io.Writer, format string, rs *rules.RuleS
 	if v.serve == "" {
 		v.serve = plan.ServeDevicePlugin
 	}
-	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), AgentSettings: rs.AgentSettings(), Unavailable: unavailable, Plan: p}
+	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), AgentSettings: rs.AgentSettings(), Unavailable: unavailable,
+		HealthPolicy: rules.NewHealthView(p), Plan: p}
 	if v.showsDRA(p) {
 		doc.DRA = draExplainView(errOut, rs) // dra_explain.go
 		draExplainFill(doc.DRA, resourceNames(p))
@@ -258,5 +268,8 @@ func (v explainView) print(out, errOut io.Writer, format string, rs *rules.RuleS
 			return err
 		}
 	}
-	return nil
+	if !v.showsHealth(p) {
+		return nil
+	}
+	return rules.WriteHealthView(out, p)
 }

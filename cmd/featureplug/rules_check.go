@@ -139,7 +139,7 @@ func (f *checkFlags) check(ctx context.Context, out, errOut io.Writer) error {
 			}
 		}
 		fmt.Fprintf(out, "%s: %s, %s (%s)\n", file, verdict, plural(len(rs.RuleNames()), "rule"), strings.Join(rs.RuleNames(), ", "))
-		for _, line := range []string{rs.ServeSummary(), settingsSummary(rs)} {
+		for _, line := range []string{rs.ServeSummary(), rs.HealthSummary(), settingsSummary(rs)} {
 			if line != "" {
 				fmt.Fprintf(out, "  %s\n", line)
 			}

@@ -16,6 +16,7 @@ import (
 func newRulesImportCommand() *cobra.Command {
 	var opts nvidiaconfig.Options
 	var output string
+	var env []string
 	cmd := &cobra.Command{
 		Use:   "import FILE...",
 		Short: "Convert NVIDIA device-plugin configs into a rules file",
@@ -34,19 +35,48 @@ file without its extension) become rules selecting nodes by the
 Fields NVIDIA's plugin ignores (a rename other than renameByDefault's, devices,
 resources.gpus/mig) are ignored here too, and every field without an
 equivalent in the rules is reported as a warning saying what to do instead.
-"featureplug run --rules" also reads a config file as it is.`,
+"featureplug run --rules" also reads a config file as it is.
+
+NVIDIA's plugin takes its health checks from its environment, not the config:
+give it with --env (DP_DISABLE_HEALTHCHECKS, DP_ENABLE_HEALTHCHECKS, read as
+NVIDIA's plugin reads them: "all" or "xids", or XID lists) and the rules get a
+health section that does the same; every difference from NVIDIA's behaviour
+(the XIDs it always ignores, "all" disabling everything) is a warning.`,
 		Example: `  featureplug rules import nvidia-config.yaml > rules.yaml
   featureplug rules import --default-config b configmap.yaml -o rules.yaml
-  featureplug rules import a.yaml b.yaml --default-config a`,
+  featureplug rules import a.yaml b.yaml --default-config a
+  featureplug rules import nvidia-config.yaml --env DP_DISABLE_HEALTHCHECKS=109,48`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if opts.Env, err = parseEnv(env); err != nil {
+				return &exitError{code: 2, err: err}
+			}
 			return importRules(cmd.OutOrStdout(), cmd.ErrOrStderr(), args, output, opts)
 		},
 	}
+	cmd.Flags().StringArrayVar(&env, "env", nil, "NAME=VALUE of NVIDIA's device-plugin environment ("+nvidiaconfig.EnvDisableHealthChecks+", "+
+		nvidiaconfig.EnvEnableHealthChecks+"), repeatable: becomes the rules' health section")
 	cmd.Flags().StringVar(&opts.Default, "default-config", "", "config for nodes without the "+nvidiaconfig.NodeLabel+
 		" label (NVIDIA's config.default); default: the only config, else NVIDIA's built-in defaults")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the rules to this file instead of standard output")
 	return cmd
+}
+
+// parseEnv reads --env NAME=VALUE flags (a value may hold commas and "=").
+func parseEnv(flags []string) (map[string]string, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	env := make(map[string]string, len(flags))
+	for _, f := range flags {
+		name, value, ok := strings.Cut(f, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("--env %q: want NAME=VALUE, e.g. %s=all", f, nvidiaconfig.EnvDisableHealthChecks)
+		}
+		env[name] = value
+	}
+	return env, nil
 }
 
 // importRules converts the files, checks that the rules load, and writes

@@ -9,7 +9,8 @@ const mib = 1024 * 1024
 
 // supportedEvents are the event types every fake GPU reports as supported.
 const supportedEvents = nvml.EventTypeXidCriticalError | nvml.EventTypeSingleBitEccError |
-	nvml.EventTypeDoubleBitEccError | nvml.EventTypePState | nvml.EventTypeClock
+	nvml.EventTypeDoubleBitEccError | nvml.EventTypePState | nvml.EventTypeClock |
+	nvml.EventTypeDramRetirementFailure | nvml.EventTypeGpuUnavailableError | nvml.EventTypeGpuRecoveryAction
 
 // gpuHandle is the nvml.Device of a physical GPU.
 type gpuHandle struct {
@@ -99,6 +100,9 @@ func (h *gpuHandle) RegisterEvents(types uint64, set nvml.EventSet) nvml.Return 
 	n := h.gpu.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if h.gpu.faults.lost {
+		return nvml.ERROR_GPU_IS_LOST
+	}
 	h.gpu.registerLocked(es, types)
 	return nvml.SUCCESS
 }
@@ -152,6 +156,8 @@ func (h *gpuHandle) GetNvLinkRemoteDeviceType(link int) (nvml.IntNvLinkDeviceTyp
 	return l.remoteType, nvml.SUCCESS
 }
 
+// lane returns NVLink lane link as it is now: a lane SetNVLinkDown took
+// down is not enabled.
 func (h *gpuHandle) lane(link int) (lane, nvml.Return) {
 	lanes := h.gpu.lanes
 	switch {
@@ -160,5 +166,9 @@ func (h *gpuHandle) lane(link int) (lane, nvml.Return) {
 	case link < 0 || link >= len(lanes):
 		return lane{}, nvml.ERROR_INVALID_ARGUMENT
 	}
-	return lanes[link], nvml.SUCCESS
+	l := lanes[link]
+	if faults, _ := h.gpu.faultsOf(); faults.linksDown&(1<<uint(link)) != 0 {
+		l.enabled = false
+	}
+	return l, nvml.SUCCESS
 }

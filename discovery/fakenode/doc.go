@@ -27,6 +27,7 @@
 //	      rowRemapFailed: false # GetRemappedRows failureOccurred
 //	      retiredPagesPending: false # GetRetiredPagesPendingStatus (page-retiring products: L4, L40S)
 //	      volatileDoubleBitErrors: 2 # GetTotalEccErrors(UNCORRECTED, VOLATILE_ECC)
+//	      recoveryAction: none  # FI_DEV_GET_GPU_RECOVERY_ACTION: none, gpu-reset, node-reboot, drain-p2p, ...
 //	    mode: compute           # optional, default compute: GetPciInfoExt's PCI class (graphics: a VGA controller)
 //	    fabric:                 # optional: attached to an NVLink multi-node fabric (GetGpuFabricInfo)
 //	      clusterUUID: 7b968a6d-c8aa-45e1-9e07-e1e51be99c31
@@ -91,8 +92,9 @@
 // topology and NVLink (lanes to peer GPUs or to NVSwitches, link states
 // also through GetFieldValues with FI_DEV_NVLINK_GET_STATE and
 // FI_DEV_NVLINK_LINK_COUNT), failure evidence (GetRetiredPagesPendingStatus,
-// GetRemappedRows, GetTotalEccErrors), and events (EventSetCreate,
-// RegisterEvents, EventSet.Wait and Free). Every other method
+// GetRemappedRows, GetTotalEccErrors, and through GetFieldValues the GPU
+// recovery action and each NVLink's recovery failures), and events
+// (EventSetCreate, RegisterEvents, EventSet.Wait and Free). Every other method
 // of nvml.Interface, nvml.Device, nvml.GpuInstance, nvml.ComputeInstance and
 // nvml.EventSet returns ERROR_NOT_SUPPORTED with zero values. The library's
 // handle-first functions (DeviceGetName(device), GpuInstanceGetInfo(gi),
@@ -120,4 +122,18 @@
 // MIG device, or 0xFFFFFFFF when it names none. Unlike real hardware, an
 // event injected while no set listens for it is kept for the first set that
 // registers for it, so tests need not wait for a watcher to start.
+//
+// # Faults
+//
+// The other failures NVML reports are played at run time: SetGPULost (the
+// GPU falls off the bus: its health queries answer ERROR_GPU_IS_LOST, and
+// an EventTypeGpuUnavailableError event comes), SetRecoveryAction (what
+// the driver asks for after an error, with an EventTypeGpuRecoveryAction
+// event), SetNVLinkDown (a link reads inactive and counts a failed
+// recovery), SetHealth (the memory evidence appears or clears),
+// InjectPageRetirementFailure (an EventTypeDramRetirementFailure event),
+// and ResetGPU (nvidia-smi --gpu-reset: the action is none again, pending
+// retirements and remappings take effect, the links come back). The driver
+// logs an XID with most of these (79, 154, 64); a test injects it with
+// InjectXID when it wants both.
 package fakenode

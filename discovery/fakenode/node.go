@@ -160,7 +160,8 @@ type gpu struct {
 	lanes []lane
 	// topology is the common PCIe ancestor with every other GPU, by index.
 	topology []nvml.GpuTopologyLevel
-	// health is the failure evidence NVML reports for the GPU.
+	// health is the failure evidence NVML reports for the GPU; guarded by
+	// node.mu, as faults.go changes it at run time.
 	health HealthSpec
 	// extra is the GPU's PCI class and fabric (mode.go).
 	extra gpuExtra
@@ -173,6 +174,9 @@ type gpu struct {
 	pending []nvml.EventData
 	// computeMode is the mode SetComputeMode recorded (computemode.go).
 	computeMode nvml.ComputeMode
+	// faults are the faults played at run time (faults.go); the run-time
+	// changes of health are guarded too.
+	faults gpuFaults
 }
 
 // lane is one NVLink lane of a GPU.

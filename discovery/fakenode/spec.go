@@ -88,6 +88,11 @@ type HealthSpec struct {
 	// uncorrectable ECC error count (nvmlDeviceGetTotalEccErrors with
 	// MEMORY_ERROR_TYPE_UNCORRECTED, VOLATILE_ECC).
 	VolatileDoubleBitErrors *int `json:"volatileDoubleBitErrors,omitempty"`
+	// RecoveryAction is the GPU's recovery action, what the driver asks
+	// for after an error (FI_DEV_GET_GPU_RECOVERY_ACTION): none (default),
+	// gpu-reset, node-reboot, drain-p2p, drain-and-reset,
+	// recover-imex-domain, bus-reset or system-reboot.
+	RecoveryAction string `json:"recoveryAction,omitempty"`
 }
 
 // MIGSpec is one GPU instance (or Count identical ones) of a MIG layout.

@@ -40,11 +40,12 @@ func TestBadFiles(t *testing.T) {
 			"testdata/bad/nvlink-no-nvlink.yaml: nvlink[0].gpus[1]: GPU 1 (L4) has no NVLink"},
 		{"nvswitch-mixed-products.yaml", `nvlink[0].gpus[1]: GPU 1 (H200-141GB) differs from GPU 0 (H100-80GB-HBM3); an NVSwitch group needs one product`},
 		{"nvswitch-two-fabrics.yaml", `nvlink[1].nvswitch: nvlink[0] already connects GPUs through NVSwitches; a node has one NVSwitch fabric (as every HGX/DGX baseboard): list all its GPUs in one group`},
-		{"health-unknown-field.yaml", `gpus[0].health.rowRemapPendng: unknown field (known: retiredPagesPending, rowRemapFailed, rowRemapPending, volatileDoubleBitErrors)`},
+		{"health-unknown-field.yaml", `gpus[0].health.rowRemapPendng: unknown field (known: recoveryAction, retiredPagesPending, rowRemapFailed, rowRemapPending, volatileDoubleBitErrors)`},
 		{"health-retired-pages-on-hbm.yaml", `gpus[1].health.retiredPagesPending: H100-80GB-HBM3 retires no pages (it remaps rows); use rowRemapPending`},
 		{"health-row-remap-on-gddr.yaml", `gpus[0].health.rowRemapPending: L40S remaps no rows (it retires pages); use retiredPagesPending`},
 		{"health-negative-ecc.yaml", `gpus[0].health.volatileDoubleBitErrors: -2 is out of range (0-1048576)`},
 		{"health-not-bool.yaml", `gpus[0].health.rowRemapFailed: must be true or false, not "yes"`},
+		{"health-bad-recovery-action.yaml", `gpus[0].health.recoveryAction: "reboot" is not a recovery action (have none, gpu-reset, node-reboot, drain-p2p, drain-and-reset, recover-imex-domain, bus-reset, system-reboot)`},
 		{"pcie-bad-level.yaml", `pcie[0].level: "PCIE" is not a PCIe level (have PIX, PXB, PHB, NODE, SYS)`},
 		{"bad-name.yaml", `name: "DGX_A100" is not a valid node name: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`},
 		{"missing-fields.yaml", "name: is required\n" +

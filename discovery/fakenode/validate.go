@@ -181,6 +181,9 @@ func (v *validator) health(path string, h *HealthSpec, p *product) HealthSpec {
 	if n := h.VolatileDoubleBitErrors; n != nil && (*n < 0 || *n > maxECCCount) {
 		v.fail(path+".volatileDoubleBitErrors", "%d is out of range (0-%d)", *n, maxECCCount)
 	}
+	if _, ok := recoveryActionByName(h.RecoveryAction); !ok {
+		v.fail(path+".recoveryAction", "%q is not a recovery action (have %s)", h.RecoveryAction, strings.Join(recoveryActionNames[:], ", "))
+	}
 	return *h
 }
 

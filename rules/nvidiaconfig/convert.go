@@ -24,6 +24,11 @@ type Options struct {
 	// default; with several, such nodes get NVIDIA's built-in defaults
 	// (migStrategy none, nothing shared), with a warning.
 	Default string
+	// Env holds NVIDIA's device-plugin environment variables the configs
+	// ran with, by name: EnvDisableHealthChecks and EnvEnableHealthChecks
+	// become the rules file's health section (health.go); others are an
+	// error.
+	Env map[string]string
 }
 
 // Result is a conversion's output.
@@ -113,6 +118,11 @@ func Convert(cfgs []*Config, opts Options) (*Result, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	warnings, err := w.healthChecks(opts.Env)
+	if err != nil {
+		return nil, err
+	}
+	res.Warnings = append(res.Warnings, warnings...)
 	res.Rules = []byte(w.b.String())
 	return res, nil
 }

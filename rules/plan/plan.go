@@ -46,6 +46,14 @@ type Plan struct {
 	// device and its labels say <product>-MIG-INVALID, as NVIDIA's plugin
 	// and gpu-feature-discovery do.
 	SingleInvalid string `json:"singleInvalid,omitempty"`
+	// Health is the health policy the rules file's health section gives
+	// this node (the first entry whose nodeSelector selects it), nil when
+	// no entry does. It overrides the agent's defaults: a tracker of device
+	// health applies discovery.Decide(event, defaults.With(p.Health)).
+	Health *discovery.HealthPolicy `json:"health,omitempty"`
+	// HealthSource names the entry Health comes from, e.g.
+	// `health[1] "inference"`.
+	HealthSource string `json:"healthSource,omitempty"`
 }
 
 // NVIDIA's MIG strategies, the values of Plan.MIGStrategy.
