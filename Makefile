@@ -36,7 +36,7 @@ test: unit e2e
 unit:
 	$(GO) test -race -count=1 ./...
 
-## components: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, nfd-master and kubelet into the cache.
+## components: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, nfd-master, kubelet and kubectl into the cache.
 components:
 	bash test/components/build.sh
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh builds the real Kubernetes components the end-to-end tests run
 # (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-# nfd-master) at pinned
+# nfd-master, and kubectl for the documentation's commands) at pinned
 # versions into a cache directory outside the clone, skipping binaries that are
 # already there.
 #
@@ -14,7 +14,7 @@
 #   FEATUREPLUG_CACHE       cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/featureplug)
 #   FEATUREPLUG_COMPONENTS  space-separated subset to build
 #                           (default "etcd kube-apiserver nfd-master kubelet
-#                           kube-controller-manager kube-scheduler")
+#                           kube-controller-manager kube-scheduler kubectl")
 #
 # Each component is built with `go build` from a scratch Go module kept under
 # the cache directory (never in the clone), so the module proxy and the Go
@@ -32,7 +32,7 @@ CACHE_ROOT=${FEATUREPLUG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/featureplug}
 SET_VERSION="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_nfd-${NFD_VERSION}"
 BIN_DIR="${CACHE_ROOT}/bin/${SET_VERSION}"
 SRC_DIR="${CACHE_ROOT}/src/${SET_VERSION}"
-ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet kube-controller-manager kube-scheduler"
+ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet kube-controller-manager kube-scheduler kubectl"
 COMPONENTS=${FEATUREPLUG_COMPONENTS:-$ALL_COMPONENTS}
 
 # Staging modules replaced in k8s.io/kubernetes's own go.mod. sample-cli-plugin
@@ -186,6 +186,12 @@ build_kubelet() {
 	build kubelet "$(kube_module)" k8s.io/kubernetes/cmd/kubelet "$(kube_ldflags)"
 }
 
+# kubectl runs the README's and docs' kubectl commands against the harness's
+# kube-apiserver (test/e2e/docs_test.go); same module, same packages.
+build_kubectl() {
+	build kubectl "$(kube_module)" k8s.io/kubernetes/cmd/kubectl "$(kube_ldflags)"
+}
+
 build_nfd_master() {
 	local dir="$SRC_DIR/nfd"
 	write_module "$dir" "module featureplug.local/components/nfd
@@ -219,6 +225,7 @@ for c in $COMPONENTS; do
 	kube-controller-manager) build_kube_controller_manager ;;
 	kube-scheduler) build_kube_scheduler ;;
 	nfd-master) build_nfd_master ;;
+	kubectl) build_kubectl ;;
 	esac
 	built=$((built + 1))
 done
