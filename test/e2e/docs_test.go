@@ -156,7 +156,7 @@ func docsWorkDir(t *testing.T) string {
 		"my-node.yaml":       read("discovery/fakenode/nodes/workstation.yaml"),
 		// deployment.md's Helm values file of DeviceClasses, as jq would
 		// write it (replaced by the docs' own command where jq is there).
-		"classes.json":               []byte(`{"dra": {"deviceClasses": []}}`),
+		"classes.json":                  []byte(`{"dra": {"deviceClasses": []}}`),
 		"my-overlay/kustomization.yaml": []byte(overlay),
 		"my-overlay/rules.yaml":         read("manifests/examples/rules/mps-inference-pool.yaml"),
 	}
