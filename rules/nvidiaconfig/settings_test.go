@@ -110,3 +110,17 @@ func TestPassDeviceSpecsRefused(t *testing.T) {
 		t.Errorf("passDeviceSpecs: false (NVIDIA's default): %v", err)
 	}
 }
+
+// TestImportHeaderExplainsOnAFakeNode: the imported file's header suggests
+// an explain command that works without a GPU, and names the agent flags.
+func TestImportHeaderExplainsOnAFakeNode(t *testing.T) {
+	res, err := nvidiaconfig.ConvertData("nv.yaml", []byte("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"#   featureplug rules explain --rules FILE --fake-node dgx-h100\n", "#   --device-id-strategy=index   (flags.plugin.deviceIDStrategy \"index\")\n"} {
+		if !strings.Contains(string(res.Rules), want) {
+			t.Errorf("the header lacks %q:\n%s", want, res.Rules)
+		}
+	}
+}

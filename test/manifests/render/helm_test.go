@@ -264,6 +264,30 @@ func TestHelmRulesSources(t *testing.T) {
 	}
 }
 
+// TestHelmNotesSayWhereNVMLComesFrom: the NOTES say which source of NVML
+// the release uses, and, without a RuntimeClass or driver root, what to
+// do when the default runtime is not NVIDIA's.
+func TestHelmNotesSayWhereNVMLComesFrom(t *testing.T) {
+	for _, tc := range []struct {
+		values map[string]any
+		want   []string
+	}{
+		{nil, []string{"from the container runtime's default, which must be the NVIDIA runtime", "--set runtimeClassName=nvidia"}},
+		{map[string]any{"runtimeClassName": "nvidia"}, []string{"from the NVIDIA runtime of RuntimeClass nvidia"}},
+		{map[string]any{"driverRoot": "/run/nvidia/driver"}, []string{"from the driver root /run/nvidia/driver on the host (privileged container)"}},
+	} {
+		notes, err := HelmNotes(filepath.Join(manifestsDir(t), "helm", "featureplug"), name, namespace, tc.values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(notes, w) {
+				t.Errorf("values %v: NOTES lack %q:\n%s", tc.values, w, notes)
+			}
+		}
+	}
+}
+
 // TestHelmRefusesNVIDIAValues: a value of NVIDIA's device-plugin chart
 // fails the render with the featureplug value to use, not the schema's
 // "additional properties not allowed".
