@@ -17,9 +17,8 @@ import (
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
-// Exit codes of rules check.
+// Exit codes of rules check besides 0 (every file valid).
 const (
-	checkOK = 0
 	// checkInvalid: a file is invalid, does not apply to --node, or has a
 	// warning under --strict.
 	checkInvalid = exitFailed

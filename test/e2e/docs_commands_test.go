@@ -52,7 +52,7 @@ func readDocsBlocks(t *testing.T, path string) []docsBlock {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	var blocks []docsBlock
 	var cur *docsBlock
 	var pending strings.Builder
