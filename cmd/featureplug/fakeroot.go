@@ -4,17 +4,17 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/featureplug/featureplug/discovery/fakenode"
 	"github.com/featureplug/featureplug/discovery/fakenode/mpscontrol"
 	"github.com/featureplug/featureplug/plugin/mps"
 )
 
-// fakeDriverRoot is the driver root of a fake node, as the driver lays it
-// out on a host (fakenode.WriteDriverRoot), with a working MPS control
-// program: nvidia-cuda-mps-control links to this binary, which runs as the
-// fake control daemon under that name (package mpscontrol). CDI specs are
-// read from it and the MPS supervisor starts its control daemons from it,
-// so a fake node serves MPS-shared resources through the agent's own code.
+// fakeDriverRoot is the driver root of a fake node, with a working MPS
+// control program: nvidia-cuda-mps-control links to this binary, which
+// runs as the fake control daemon under that name (package mpscontrol).
+// The MPS supervisor starts its control daemons from it, so a fake node
+// serves MPS-shared resources through the agent's own code; the CDI sink
+// lays out the rest of the root (device nodes, libraries:
+// fakenode.WriteDriverRoot) when it writes specs, as before.
 type fakeDriverRoot struct {
 	// dir is the root.
 	dir string
@@ -24,14 +24,9 @@ type fakeDriverRoot struct {
 	remove func()
 }
 
-// newFakeDriverRoot lays out the driver root of fake node nameOrPath in
-// dir, or in a new temporary directory when dir is "" or "/" (which then
-// is removed by remove).
-func newFakeDriverRoot(nameOrPath, dir string) (*fakeDriverRoot, error) {
-	node, err := fakenode.Open(nameOrPath)
-	if err != nil {
-		return nil, err
-	}
+// newFakeDriverRoot makes the driver root of a fake node in dir, or in a
+// new temporary directory when dir is "" or "/" (which remove removes).
+func newFakeDriverRoot(dir string) (*fakeDriverRoot, error) {
 	root := &fakeDriverRoot{dir: dir, remove: func() {}}
 	if dir == "" || dir == "/" {
 		tmp, err := os.MkdirTemp("", "featureplug-fake-driver-root-")
@@ -40,19 +35,13 @@ func newFakeDriverRoot(nameOrPath, dir string) (*fakeDriverRoot, error) {
 		}
 		root.dir, root.remove = tmp, func() { _ = os.RemoveAll(tmp) }
 	}
-	fail := func(err error) (*fakeDriverRoot, error) {
-		root.remove()
-		return nil, err
-	}
-	if err := node.WriteDriverRoot(root.dir); err != nil {
-		return fail(err)
-	}
 	exe, err := os.Executable()
-	if err != nil {
-		return fail(fmt.Errorf("fake driver root: the MPS control program links to this binary: %w", err))
+	if err == nil {
+		root.mpsControl, err = mpscontrol.Install(root.dir, exe)
 	}
-	if root.mpsControl, err = mpscontrol.Install(root.dir, exe); err != nil {
-		return fail(err)
+	if err != nil {
+		root.remove()
+		return nil, fmt.Errorf("fake driver root: the MPS control program links to this binary: %w", err)
 	}
 	return root, nil
 }

@@ -331,7 +331,7 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	owner := f.ownerConfig(kubeClient)
 	driverRoot, mpsControl := f.src.driverRoot, f.mpsControl
 	if f.src.fakeNode != "" {
-		root, err := newFakeDriverRoot(f.src.fakeNode, f.src.driverRoot) // fakeroot.go
+		root, err := newFakeDriverRoot(f.src.driverRoot) // fakeroot.go
 		if err != nil {
 			return err
 		}
