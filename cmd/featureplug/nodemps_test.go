@@ -29,15 +29,19 @@ func TestNodeWithoutMPSControl(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for i, tc := range []struct {
+	for _, tc := range []struct {
 		node string
 		warn bool
 	}{{"without", true}, {"with", false}} {
-		cn := &clusterNode{name: tc.node, labels: r.nodes[i].Labels, feature: &r.features[i]}
-		warnings, err := checkOnNode(rs, cn)
+		target, err := readCheckTarget(context.Background(), r, &clusterFlags{namespace: defaultRulesNamespace}, tc.node)
 		if err != nil {
 			t.Fatal(err)
 		}
+		p, err := rs.CheckOn(target.name, target.inv, target.labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warnings := target.warnings(p)
 		got := strings.Join(warnings, "\n")
 		want := "on node without: example.com/gpu.mps: not advertised until its MPS control daemon is up: the node's agent cannot start MPS control daemons: nvidia-cuda-mps-control not found in PATH"
 		if tc.warn != strings.Contains(got, want) || !tc.warn && got != "" {
@@ -65,7 +69,7 @@ func TestOneWarningPerCause(t *testing.T) {
 		t.Fatalf("explain: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(errOut), "\n")
-	if len(lines) != 1 || !strings.Contains(lines[0], "warning: left out: 20 devices (GPU 0 MIG 0 (3g.20gb), ") ||
+	if strings.Count(errOut, "left out:") != 1 || !strings.Contains(lines[0], "warning: left out: 20 devices (GPU 0 MIG 0 (3g.20gb), ") ||
 		!strings.Contains(lines[0], "and 16 more): MIG strategy single refuses this node") {
 		t.Errorf("stderr:\n%s", errOut)
 	}

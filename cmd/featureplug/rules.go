@@ -72,7 +72,7 @@ A rules file is a path or one of the builtin names: ` + strings.Join(rules.Built
 	}
 	cmd.AddCommand(newRulesCheckCommand(), newRulesExplainCommand())
 	cmd.AddCommand(newRulesImportCommand()) // rules_import.go
-	cmd.AddCommand(newRulesDiffCommand())   // rules_cluster_cmd.go
+	cmd.AddCommand(newRulesDiffCommand())   // rules_diff.go
 	return cmd
 }
 
@@ -165,6 +165,9 @@ CEL selector "featureplug dra classes" makes for it.`,
 				return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to this node:\n%w", err)}
 			}
 			printProblems(cmd.ErrOrStderr(), "", plan.Problems)
+			if err := plan.CheckServes(); err != nil { // what run refuses on a reload, as check does
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n", err)
+			}
 			unavailable := unavailableResources(plan, mpsControlProblem(src, mpsControl, cmd.Flags().Changed("mps-control")))
 			return view.print(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailable)
 		},

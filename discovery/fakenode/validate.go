@@ -11,10 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
+// MaxGPUs is the most GPUs one fake node may have: as many as the largest
+// real nodes hold.
+const MaxGPUs = 16
+
 // Limits of a fake node file.
 const (
-	// maxGPUs is the most GPUs one node may have.
-	maxGPUs = 16
 	// maxNUMANode is the highest NUMA node a GPU may sit on.
 	maxNUMANode = 63
 	// maxECCCount bounds health.volatileDoubleBitErrors.
@@ -100,8 +102,8 @@ func validate(source string, spec *Spec, cat *catalog) (*layout, error) {
 	for i := range spec.GPUs {
 		l.gpus = append(l.gpus, v.gpuEntry(i, &spec.GPUs[i], len(l.gpus))...)
 	}
-	if len(l.gpus) > maxGPUs {
-		v.fail("gpus", "%d GPUs; a node may have at most %d", len(l.gpus), maxGPUs)
+	if len(l.gpus) > MaxGPUs {
+		v.fail("gpus", "%d GPUs; a node may have at most %d", len(l.gpus), MaxGPUs)
 	}
 	if len(v.errs) == 0 {
 		v.nvlink(spec.NVLink, l.gpus)
@@ -121,8 +123,8 @@ func (v *validator) gpuEntry(i int, g *GPUSpec, first int) []gpuLayout {
 	count := 1
 	if g.Count != nil {
 		count = *g.Count
-		if count < 1 || count > maxGPUs {
-			v.fail(path+".count", "%d is out of range (1-%d)", count, maxGPUs)
+		if count < 1 || count > MaxGPUs {
+			v.fail(path+".count", "%d is out of range (1-%d)", count, MaxGPUs)
 		}
 	}
 	numa := 0
