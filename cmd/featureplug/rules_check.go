@@ -204,7 +204,6 @@ func errorText(err error) string {
 	return err.Error()
 }
 
-
 // nodeMPSUnavailable names the MPS resources of a cluster node's plan that
 // its agent would hold back, and why, from what the agent publishes about
 // its MPS control program (agent.AnnotationMPSControl). It is nil when the
