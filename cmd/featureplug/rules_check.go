@@ -21,10 +21,9 @@ const (
 	// checkInvalid: a file is invalid, would not serve on the node as it
 	// says, or has a warning under --strict.
 	checkInvalid = exitFailed
-	// checkUsage: no file, a file that does not exist, a bad flag.
+	// checkUsage: no file, a file that does not exist, a bad flag. A
+	// --node the cluster cannot give is exitCluster.
 	checkUsage = exitUsage
-	// checkClusterUnreadable: --node could not be read from the cluster.
-	checkClusterUnreadable = exitCluster
 )
 
 // checkFlags are the flags of rules check.
