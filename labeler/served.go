@@ -20,6 +20,14 @@ const (
 	// AnnotationResources is what the served plan serves, as Served
 	// writes it ("" when the agent has no plan yet: the key is absent).
 	AnnotationResources = "featureplug.io/resources"
+	// AnnotationMPSControl says whether the agent can start MPS control
+	// daemons: MPSControlFound, or why not ("nvidia-cuda-mps-control not
+	// found in PATH"), whatever the rules share, so that rules check and
+	// rules explain --node tell before MPS rules reach the node.
+	AnnotationMPSControl = "featureplug.io/mps-control"
+	// MPSControlFound is AnnotationMPSControl's value when the control
+	// program is there.
+	MPSControlFound = "found"
 )
 
 // Annotations returns the NodeFeature annotations of a plan (none before
@@ -54,8 +62,8 @@ type ServedResource struct {
 	Name string `json:"name"`
 	// Count is the number of devices (before sharing replicas).
 	Count int `json:"count"`
-	// Serve is the API that serves the resource (plan.Resource.Serve, the
-	// agent's default when its rules do not choose).
+	// Serve is the API that serves the resource (plan.Resource.ServedBy
+	// the agent's default).
 	Serve plan.Serve `json:"serve,omitempty"`
 	// Sharing is how its devices are shared; the zero value is none.
 	Sharing plan.Sharing `json:"sharing,omitzero"`
@@ -75,10 +83,7 @@ func NewServed(p *plan.Plan, def plan.Serve) Served {
 	s := Served{DefaultServe: def, Resources: make([]ServedResource, 0, len(p.Resources))}
 	for i := range p.Resources {
 		r := &p.Resources[i]
-		sr := ServedResource{Name: r.Name, Count: len(r.Devices), Serve: r.Serve, Devices: make([]string, len(r.Devices))}
-		if sr.Serve == "" {
-			sr.Serve = def
-		}
+		sr := ServedResource{Name: r.Name, Count: len(r.Devices), Serve: r.ServedBy(def), Devices: make([]string, len(r.Devices))}
 		if !r.Sharing.Same(plan.Sharing{}) {
 			sr.Sharing = r.Sharing
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -35,6 +36,9 @@ type SinkConfig struct {
 	// DefaultServe is the agent's API for resources whose rules do not
 	// choose one (--serve), which AnnotationResources records.
 	DefaultServe plan.Serve
+	// MoreAnnotations, when set, gives annotations of the agent's state
+	// beside the plan's (AnnotationMPSControl), read at each Apply.
+	MoreAnnotations func() map[string]string
 	// Logger receives the sink's logs (default discarded).
 	Logger *slog.Logger
 	// Registerer, when set, receives the sink's metrics.
@@ -121,6 +125,9 @@ func (s *Sink) Check(*discovery.Inventory, *plan.Plan) error { return nil }
 func (s *Sink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Plan) error {
 	c := NewContent(inv, p, s.opts)
 	c.Annotations = Annotations(p, s.c.DefaultServe)
+	if c.Annotations != nil && s.c.MoreAnnotations != nil {
+		maps.Copy(c.Annotations, s.c.MoreAnnotations())
+	}
 	s.mu.Lock()
 	s.published = &c
 	s.mu.Unlock()

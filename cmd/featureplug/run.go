@@ -28,6 +28,7 @@ import (
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/plugin/health"
 	"github.com/featureplug/featureplug/plugin/mps"
+	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -50,6 +51,7 @@ type runFlags struct {
 	namespace          string
 	kubeconfig         string
 	rules              string
+	waitForRules       bool
 	nodeLabels         map[string]string
 	publish            string
 	featuresFile       string
@@ -99,9 +101,24 @@ in upper case with a FEATUREPLUG_ prefix (shown in brackets); a flag given on
 the command line wins.`,
 		Example: `  featureplug run --fake-node dgx-a100 --publish stdout --kubelet-dir /tmp/kubelet
   featureplug run --rules /etc/featureplug/rules.yaml --driver-root /run/nvidia/driver`,
-		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			return applyEnv(cmd.Flags())
+			if err := applyEnv(cmd.Flags()); err != nil {
+				return asUsageError(err)
+			}
+			if f.waitForRules {
+				// A misspelt builtin will never appear.
+				if err := rules.MisspeltBuiltin(f.rules); err != nil {
+					return usageErrorf("--rules: %w", err)
+				}
+				return nil
+			}
+			if err := checkRulesPath("--rules", f.rules); err != nil {
+				if rules.MisspeltBuiltin(f.rules) == nil {
+					return usageErrorf("%s (with --wait-for-rules the agent starts anyway and applies the file once it appears)", errorText(err))
+				}
+				return err
+			}
+			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd)
@@ -112,7 +129,8 @@ the command line wins.`,
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&f.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the NodeFeature object (default $POD_NAMESPACE); Events about the Node go to the default namespace")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration when available)")
-	fs.StringVar(&f.rules, "rules", "", "rules file, or a builtin: none, single, mixed, per-model (default: none)")
+	addRulesFlag(cmd, &f.rules, rulesFlagUsage("none")+"; it must exist at start unless --wait-for-rules")
+	fs.BoolVar(&f.waitForRules, "wait-for-rules", false, "start even when the --rules file does not exist yet (an optional ConfigMap): serve nothing until it appears, then apply it")
 	fs.StringToStringVar(&f.nodeLabels, "node-labels", nil, "extra node labels (k=v,...) the rules' node selectors see")
 	fs.StringVar(&f.publish, "publish", string(labeler.PublishNodeFeature), "where features and labels go: nodefeature, file, stdout or none")
 	fs.StringVar(&f.featuresFile, "features-file", labeler.DefaultFeatureFile, "nfd-worker feature file for --publish file")
@@ -255,6 +273,9 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		return err
 	}
 	routeKlog(log)
+	if err := applyAgentSettings(cmd.Flags(), f.rules, log); err != nil { // agentsettings.go
+		return err
+	}
 	src, err := f.src.open()
 	if err != nil {
 		return err
@@ -287,7 +308,22 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			}
 		}
 	}()
+	driverRoot, mpsControl := f.src.driverRoot, f.mpsControl
+	if f.src.fakeNode != "" {
+		root, err := newFakeDriverRoot(f.src.driverRoot) // fakeroot.go
+		if err != nil {
+			return err
+		}
+		defer root.remove()
+		driverRoot = root.dir
+		if !cmd.Flags().Changed("mps-control") { // set by the flag or its environment variable
+			mpsControl = root.mpsControl
+		}
+		log.Info("fake driver root laid out", "driverRoot", driverRoot, "mpsControl", mpsControl)
+	}
 	cfg := f.agentConfig(src, kubeClient, machine, log)
+	cfg.RulesEngine = refuseSettingChanges(cfg.RulesEngine, cmd.Flags())
+	cfg.MPS.ControlBinary, cfg.CDI.DriverRoot = mpsControl, driverRoot
 	cfg.Rediscover, cfg.Stdout, cfg.AfterStartup = rediscover, cmd.OutOrStdout(), afterStartup
 	a, err := agent.New(cfg)
 	if err != nil {

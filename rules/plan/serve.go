@@ -41,6 +41,16 @@ func (p *Plan) WithServeDefault(def Serve) *Plan {
 	return &out
 }
 
+// ServedBy returns the API the resource is served through, given the
+// agent's default for resources whose rules did not choose: Serve itself
+// in a plan WithServeDefault made, which is what every sink is given.
+func (r *Resource) ServedBy(def Serve) Serve {
+	if r.Serve != "" {
+		return r.Serve
+	}
+	return def
+}
+
 // ServedThrough returns the part of p served through api: p without the
 // other API's resources, or p itself when it has none (nil for nil).
 func (p *Plan) ServedThrough(api Serve) *Plan {

@@ -17,6 +17,7 @@ import (
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
+	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -47,6 +48,7 @@ func TestResourcesChangedEvent(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
 		Plugin:             deviceplugin.Options{KubeletDir: t.TempDir()},
+		MPS:                mps.Options{ControlBinary: "/nonexistent/nvidia-cuda-mps-control"},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
 		FileCheckInterval:  50 * time.Millisecond,
@@ -86,7 +88,8 @@ func TestResourcesChangedEvent(t *testing.T) {
 		if c == nil {
 			t.Fatal("nothing published")
 		}
-		want := map[string]string{labeler.AnnotationRulesDigest: digest, labeler.AnnotationResources: resources}
+		want := map[string]string{labeler.AnnotationRulesDigest: digest, labeler.AnnotationResources: resources,
+			labeler.AnnotationMPSControl: "/nonexistent/nvidia-cuda-mps-control not found"}
 		if !reflect.DeepEqual(c.Annotations, want) {
 			t.Errorf("annotations %v, want %v", c.Annotations, want)
 		}

@@ -456,7 +456,7 @@ func (b *builder) publishSink() (Sink, error) {
 	c := labeler.SinkConfig{
 		Publisher: pub, Labels: a.cfg.Labels,
 		Resync: a.cfg.ResyncInterval, ResyncJitter: periodJitter, Timestamp: a.cfg.TimestampLabel,
-		Backoff: retryBackoff(time.Second), DefaultServe: a.cfg.DefaultServe,
+		Backoff: retryBackoff(time.Second), DefaultServe: a.cfg.DefaultServe, MoreAnnotations: b.mpsControl,
 		Logger: a.log.With("component", "publish"), Registerer: a.registry,
 	}
 	if b.plugins != nil && a.cfg.PublishHold > 0 {
@@ -470,6 +470,16 @@ func (b *builder) publishSink() (Sink, error) {
 		}
 	}
 	return labeler.NewSink(c)
+}
+
+// mpsControl is the NodeFeature's annotation of whether MPS daemons can
+// start on this node, looked up again at each publish.
+func (b *builder) mpsControl() map[string]string {
+	state := labeler.MPSControlFound
+	if _, err := mps.ResolveControlBinary(b.a.cfg.MPS.ControlBinary); err != nil {
+		state = err.Error()
+	}
+	return map[string]string{labeler.AnnotationMPSControl: state}
 }
 
 func (a *Agent) newPublisher() (labeler.Publisher, error) {
