@@ -262,12 +262,6 @@ func (n *Node) startLocked() error {
 	return nil
 }
 
-// concerns reports whether a file-system event's path may be one of the
-// sockets or directories.
-func (n *Node) concerns(name string) bool {
-	return name == n.draPath || name == n.regPath || name == n.opts.PluginDir || name == n.opts.RegistryDir
-}
-
 // check makes again a socket that was deleted or replaced: the DRA
 // service's (with its directory), and the registration socket while the
 // registry directory exists. The file watcher calls it after a change in

@@ -20,12 +20,11 @@ import (
 // recordingSink records the plans it checks and applies, and refuses or
 // fails when told to.
 type recordingSink struct {
-	name            string
-	refuse, fail    error
-	checked, plans  []*plan.Plan
-	hold            map[string]string // as a Gate, when set
-	gateChanged     chan struct{}
-	lastHeldApplied string
+	name           string
+	refuse, fail   error
+	checked, plans []*plan.Plan
+	hold           map[string]string // as a Gate, when set
+	gateChanged    chan struct{}
 }
 
 func (s *recordingSink) Name() string { return s.name }
