@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // stateFull mounts a small tmpfs at a fresh directory and fills it, so
@@ -78,24 +77,5 @@ func TestFault05HealthWriteRetried(t *testing.T) {
 	}
 	t.Logf("the record was on disk %s after the space was freed (retries 1 s, doubling to 30 s)", time.Since(start).Round(time.Millisecond))
 
-	if err := e.agent.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-e.agent.Done()
-	regs, updates := e.kubelet.Registrations(pluginFaultResource), e.kubelet.Updates(pluginFaultResource)
-	e.agent.start(t)
-	e.waitRegistrations(regs + 1)
-	if got := e.kubelet.Updates(pluginFaultResource); got != updates+1 {
-		t.Fatalf("%d device lists since the restart; the check needs the first one", got-updates)
-	}
-	h := e.health()
-	for i, uuid := range e.gpus {
-		want := pluginapi.Healthy
-		if i == 3 {
-			want = pluginapi.Unhealthy
-		}
-		if h[uuid] != want {
-			t.Errorf("first list after SIGKILL and restart: GPU %d (%s) is %s, want %s", i, uuid, h[uuid], want)
-		}
-	}
+	e.killAndCheckFirstList(t, 3)
 }
