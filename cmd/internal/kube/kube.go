@@ -1,7 +1,8 @@
 // Package kube is featureplug's Kubernetes API client: REST clients for the
-// few resources featureplug reads and writes (core/v1 Nodes, Events and
-// ConfigMaps, and NFD's nfd.k8s-sigs.io/v1alpha1 NodeFeatures) over one
-// HTTP client, with a scheme that holds only those two API groups.
+// few resources featureplug reads and writes (core/v1 Nodes, Events,
+// ConfigMaps and Pods, NFD's nfd.k8s-sigs.io/v1alpha1 NodeFeatures, and
+// resource.k8s.io/v1 ResourceSlices, ResourceClaims and DeviceClasses) over
+// one HTTP client, with a scheme that holds only those API groups.
 //
 // Why by hand rather than client-go's clientsets (a measured reason, see
 // docs/performance.md): k8s.io/client-go/kubernetes links a typed client and
@@ -19,8 +20,9 @@
 // fakes) to it for tests and tools. Each client interface is declared once,
 // by the package that uses it: labeler.NodeFeatures, dra.ResourceSlices and
 // dra.ResourceClaims there, events.Events in the Event recorder's
-// package, the others (Nodes, ConfigMaps, Pods) here. Beside the client are what the daemon builds on it: the watch of
-// its own Node (NodeWatch) and the owner references of its NodeFeature
+// package, the others (Nodes, ConfigMaps, Pods, DeviceClasses) here.
+// Beside the client is what the daemon builds on it: the watch of its own
+// Node (NodeWatch) and the owner references of its NodeFeature
 // (OwnerResolver).
 package kube
 
