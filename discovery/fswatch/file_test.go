@@ -192,6 +192,69 @@ func TestFileSurvivesDirectoryRecreated(t *testing.T) {
 	wt.expect("an edit in the re-created directory", "edited", "")
 }
 
+// TestFileSeesAVolumeRemovedBeforeItsEvents: a ConfigMap volume removed
+// while the watcher is busy is gone by the time its first event is read;
+// the re-arm that follows moves the watches to an ancestor (and drops the
+// events still queued for the old ones), so the event must be matched
+// against the directories watched before it: the loss is reported from
+// events alone.
+func TestFileSeesAVolumeRemovedBeforeItsEvents(t *testing.T) {
+	root := t.TempDir()
+	v := &configMapVolume{t: t, dir: filepath.Join(root, "vol")}
+	if err := os.Mkdir(v.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v.publish("one")
+	busy := filepath.Join(root, "busy")
+	if err := os.Mkdir(busy, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A Dir target whose check holds the watcher's goroutine when asked.
+	var hold atomic.Bool
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	w := New(Options{Interval: time.Hour, Settle: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	out, _ := w.File(filepath.Join(v.dir, "rules.yaml"), "test file", 1<<20, nil, nil)
+	w.Dir(busy, "busy directory", func(bool) {
+		if hold.Load() {
+			entered <- struct{}{}
+			<-release
+		}
+	}, nil)
+	wt := &watchTest{t: t, out: out}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watcher.Run: %v", err)
+		}
+	})
+	wt.expect("the initial state", "one", "")
+
+	hold.Store(true)
+	if err := os.WriteFile(filepath.Join(busy, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(testWait):
+		t.Fatal("the busy directory's check was not called")
+	}
+	hold.Store(false)
+	// The resolved file and its directory go first, as RemoveAll may
+	// take them; then the rest of the volume.
+	ts := filepath.Join(v.dir, "..2026_11_29_00_00_01")
+	for _, p := range []string{filepath.Join(ts, "rules.yaml"), ts, filepath.Join(v.dir, "..data"), filepath.Join(v.dir, "rules.yaml"), v.dir} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	wt.expect("the volume removed while the watcher was busy", "", "does not exist")
+}
+
 func TestFileFollowsSymlinkTargets(t *testing.T) {
 	root := t.TempDir()
 	for _, d := range []string{"etc", "real", "other"} {

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -262,18 +263,32 @@ func (w *Watcher) openInotify(first bool) bool {
 }
 
 // event handles one inotify event: the watches are re-armed (the event may
-// be a directory on the way coming or going), then every target that
-// depends on the event's directory is checked.
+// be a directory on the way coming or going), then every target the event
+// concerns is checked: one that watched the event's directory before the
+// re-arm or watches it after, and one whose watches the re-arm moved. The
+// directories watched before count, because by the time an event is read
+// its directory may be gone: a tree removed at once moves the watches to an
+// ancestor before its first event is handled.
 func (w *Watcher) event(ev fsnotify.Event) {
 	targets := w.snapshotTargets()
+	before := make([]map[string]bool, len(targets))
+	for i, t := range targets {
+		before[i] = t.wanted
+	}
 	w.rearm(targets)
-	dir := filepath.Dir(ev.Name)
-	for _, t := range targets {
-		if t.wanted[dir] || t.wanted[ev.Name] || t.dependsOn(ev.Name) {
+	for i, t := range targets {
+		if t.concerns(before[i], ev.Name) || t.concerns(t.wanted, ev.Name) || !maps.Equal(before[i], t.wanted) {
 			w.log.Debug(t.what+" directory event", "event", ev.String())
 			t.check(false)
 		}
 	}
+}
+
+// concerns reports whether an event on name matters to the target when it
+// watches the directories in wanted: name is in one of them, is one of
+// them, or is on the way to the target's path.
+func (t *target) concerns(wanted map[string]bool, name string) bool {
+	return wanted[filepath.Dir(name)] || wanted[name] || t.dependsOn(name)
 }
 
 // dependsOn reports whether name is on the way to the target's path (a

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 // stateFull mounts a small tmpfs at a fresh directory and fills it, so
