@@ -106,9 +106,11 @@ func addRulesFiles(cmd *cobra.Command, files *[]string, usage string) {
 
 // applyConventions makes every command of the tree report usage errors
 // alike: a bad flag and bad arguments exit with exitUsage, whatever cobra
-// validator found them.
+// validator found them. A command's own flag-error handling (rules diff's
+// JSON report) still runs first.
 func applyConventions(c *cobra.Command) {
-	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return asUsageError(err) })
+	own := c.FlagErrorFunc()
+	c.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return asUsageError(own(cmd, err)) })
 	if args := c.Args; args != nil {
 		c.Args = func(cmd *cobra.Command, a []string) error { return asUsageError(args(cmd, a)) }
 	}
