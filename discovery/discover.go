@@ -3,6 +3,7 @@ package discovery
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,7 +44,8 @@ type reader struct {
 	lib       nvml.Interface
 	devlib    device.Interface
 	sysfsRoot string
-	syms      symbols // newer NVML functions the library has (mode.go)
+	sysfs     fs.ReadLinkFS // WithSysfs (pcie.go)
+	syms      symbols       // newer NVML functions the library has (mode.go)
 }
 
 // readError is an NVML failure while reading one fact of one device.
@@ -220,6 +222,7 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 	} else {
 		g.NUMANode = r.sysfsNUMANode(g.PCIBusID)
 	}
+	g.PCIeRoot = r.pcieRoot(g.PCIBusID)
 
 	g.ComputeMode = Unknown
 	mode, ret := h.GetComputeMode()
@@ -251,6 +254,7 @@ func (r *reader) migDevices(parent nvml.Device, g *GPU) ([]MIGDevice, error) {
 		return nil, err
 	}
 	var out []MIGDevice
+	placements := giPlacements{}
 	for j := range slots {
 		h, ret := parent.GetMigDeviceHandleByIndex(j)
 		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
@@ -300,6 +304,9 @@ func (r *reader) migDevices(parent nvml.Device, g *GPU) ([]MIGDevice, error) {
 		info := profile.GetInfo()
 		m.Profile = profile.String()
 		m.GISlices, m.CISlices = info.G, info.C
+		if err := placements.read(parent, gi, &m, mdev); err != nil {
+			return nil, err
+		}
 		out = append(out, m)
 	}
 	return out, nil

@@ -64,6 +64,11 @@ type GPU struct {
 	PCIBusID string `json:"pciBusID"`
 	// NUMANode is the NUMA node closest to the GPU, or NoNUMANode.
 	NUMANode int `json:"numaNode"`
+	// PCIeRoot is the PCIe root complex the GPU hangs off, as sysfs names
+	// it ("pci0000:00"): GPUs and NICs under one root share a host
+	// bridge, which GPUDirect RDMA wants. "" when sysfs does not tell
+	// (pcie.go).
+	PCIeRoot string `json:"pcieRoot,omitempty"`
 	// ComputeMode is "Default", "ExclusiveProcess", "Prohibited" or Unknown.
 	ComputeMode string `json:"computeMode"`
 	// MIGCapable reports whether the GPU supports MIG.
@@ -115,6 +120,14 @@ type MIGDevice struct {
 	CISlices int `json:"ciSlices"`
 	// Engines counts the media and copy engines of the GPU instance.
 	Engines Engines `json:"engines"`
+	// GIProfileID is the NVML GPU instance profile ID (nvidia-smi mig
+	// -lgip's ID: 19 for an A100's 1g.5gb), PlacementStart and
+	// PlacementSize the memory slices the GPU instance occupies. A
+	// PlacementSize of 0 says NVML did not tell (no permission to query
+	// GPU instances): the three are then unknown.
+	GIProfileID    int `json:"giProfileID"`
+	PlacementStart int `json:"placementStart"`
+	PlacementSize  int `json:"placementSize"`
 }
 
 // Engines counts the engines of a GPU instance, as the GPU instance profile

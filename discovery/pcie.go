@@ -1,0 +1,86 @@
+package discovery
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+)
+
+// SysfsProvider is implemented by an nvml.Interface that comes with a
+// sysfs of its own (the fake node, whose GPUs hang off PCIe roots its
+// topology gives). Discover reads that sysfs instead of the machine's.
+type SysfsProvider interface {
+	// Sysfs returns the tree under /sys: paths are relative to it
+	// ("bus/pci/devices/0000:07:00.0").
+	Sysfs() fs.ReadLinkFS
+}
+
+// WithSysfs sets the sysfs tree (relative to /sys) Discover reads PCIe
+// roots from, over both WithSysfsRoot and a SysfsProvider library.
+func WithSysfs(fsys fs.ReadLinkFS) Option {
+	return func(r *reader) { r.sysfs = fsys }
+}
+
+// sysfsTree is the sysfs Discover reads: WithSysfs's, the library's own,
+// or <sysfsRoot>/sys.
+func (r *reader) sysfsTree() fs.ReadLinkFS {
+	if r.sysfs != nil {
+		return r.sysfs
+	}
+	if p, ok := r.lib.(SysfsProvider); ok {
+		return p.Sysfs()
+	}
+	if t, ok := os.DirFS(filepath.Join(r.sysfsRoot, "sys")).(fs.ReadLinkFS); ok {
+		return t
+	}
+	return nil
+}
+
+// pcieRoot returns the PCIe root complex of the PCI device at busID, as
+// Kubernetes' DRA helper reads it from sysfs (the first element of the
+// device's path under /sys/devices: "pci0000:00"), or "" when sysfs does
+// not say (no sysfs in the container, a bus ID NVML could not read).
+func (r *reader) pcieRoot(busID string) string {
+	tree := r.sysfsTree()
+	if tree == nil {
+		return ""
+	}
+	attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID, deviceattribute.WithFS(tree))
+	if err != nil || attr.Value.StringValue == nil {
+		return ""
+	}
+	return *attr.Value.StringValue
+}
+
+// giPlacements holds the GPU instances of one GPU read so far, by ID: the
+// MIG devices of one GPU instance share it, and NVML is asked once.
+type giPlacements map[int]nvml.GpuInstanceInfo
+
+// read reads the profile and placement of GPU instance gi of parent into
+// m; it leaves them unknown (PlacementSize 0) when NVML does not tell, and
+// fails on any other error.
+func (p giPlacements) read(parent nvml.Device, gi int, m *MIGDevice, dev string) error {
+	info, ok := p[gi]
+	if !ok {
+		inst, ret := parent.GetGpuInstanceById(gi)
+		if ret == nvml.ERROR_NO_PERMISSION {
+			return nil
+		}
+		if ok, err := optional(ret, "GPU instance", dev); !ok {
+			return err
+		}
+		if info, ret = inst.GetInfo(); ret == nvml.ERROR_NO_PERMISSION {
+			return nil
+		}
+		if ok, err := optional(ret, "GPU instance placement", dev); !ok {
+			return err
+		}
+		p[gi] = info
+	}
+	m.GIProfileID = int(info.ProfileId)
+	m.PlacementStart, m.PlacementSize = int(info.Placement.Start), int(info.Placement.Size)
+	return nil
+}

@@ -1,0 +1,60 @@
+package discovery_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/fakenode"
+)
+
+// plainLib hides the fake node's own sysfs, as real NVML has none.
+type plainLib struct{ nvml.Interface }
+
+// TestPCIeRootFromSysfsRoot reads PCIe roots from a sysfs tree under
+// --sysfs-root laid out as Linux lays it out, and leaves them empty where
+// sysfs has no link for a GPU or there is no sysfs at all.
+func TestPCIeRootFromSysfsRoot(t *testing.T) {
+	node, err := fakenode.Named("workstation")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := plainLib{node.NVML()}
+	root := t.TempDir()
+	inv, err := discovery.Discover(lib, discovery.WithSysfsRoot(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.GPUs[0].PCIeRoot; got != "" {
+		t.Errorf("without sysfs: PCIe root %q, want none", got)
+	}
+
+	bus := inv.GPUs[0].PCIBusID
+	devices := filepath.Join(root, "sys", "bus", "pci", "devices")
+	dir := filepath.Join(root, "sys", "devices", "pci0000:3a", "0000:3a:02.0", bus)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(devices, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..", "..", "..", "devices", "pci0000:3a", "0000:3a:02.0", bus), filepath.Join(devices, bus)); err != nil {
+		t.Fatal(err)
+	}
+	if inv, err = discovery.Discover(lib, discovery.WithSysfsRoot(root)); err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.GPUs[0].PCIeRoot; got != "pci0000:3a" {
+		t.Errorf("PCIe root %q, want pci0000:3a (from the link of %s)", got, bus)
+	}
+	// The fake node's own sysfs wins over the machine's.
+	if inv, err = discovery.Discover(node.NVML(), discovery.WithSysfsRoot(root)); err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.GPUs[0].PCIeRoot; got != "pci0000:00" {
+		t.Errorf("fake node: PCIe root %q, want its own pci0000:00", got)
+	}
+}
