@@ -45,6 +45,9 @@ type reader struct {
 	devlib    device.Interface
 	sysfsRoot string
 	sysfs     fs.ReadLinkFS // WithSysfs (pcie.go)
+	// addressing is whether the platform has addressing modes
+	// (addressing.go).
+	addressing addressingSupport
 	syms      symbols       // newer NVML functions the library has (mode.go)
 }
 
@@ -194,6 +197,7 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 	}
 	g.Brand = unknownOnError(nd.GetBrandAsString())
 	g.Architecture = unknownOnError(nd.GetArchitectureAsString())
+	g.AddressingMode = r.addressingMode(h) // addressing.go
 
 	major, minorCC, ret := h.GetCudaComputeCapability()
 	if err := check(ret, "compute capability", dev); err != nil {

@@ -58,3 +58,39 @@ func TestPCIeRootFromSysfsRoot(t *testing.T) {
 		t.Errorf("fake node: PCIe root %q, want its own pci0000:00", got)
 	}
 }
+
+// atsLib is a fake node whose GPUs are on a coherent platform in ATS mode.
+type atsLib struct{ nvml.Interface }
+
+func (l atsLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	d, ret := l.Interface.DeviceGetHandleByIndex(i)
+	return atsDevice{d}, ret
+}
+
+type atsDevice struct{ nvml.Device }
+
+func (atsDevice) GetAddressingMode() (nvml.DeviceAddressingMode, nvml.Return) {
+	return nvml.DeviceAddressingMode{Value: uint32(nvml.DEVICE_ADDRESSING_MODE_ATS)}, nvml.SUCCESS
+}
+
+// TestAddressingMode reads "ATS" on a coherent platform and nothing where
+// NVML does not support addressing modes (the fake node's GPUs).
+func TestAddressingMode(t *testing.T) {
+	node, err := fakenode.Named("workstation")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := discovery.Discover(node.NVML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.GPUs[0].AddressingMode; got != "" {
+		t.Errorf("addressing mode %q where NVML supports none, want \"\"", got)
+	}
+	if inv, err = discovery.Discover(atsLib{node.NVML()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.GPUs[0].AddressingMode; got != "ATS" {
+		t.Errorf("addressing mode %q on a coherent platform, want ATS", got)
+	}
+}
