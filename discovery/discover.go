@@ -48,7 +48,7 @@ type reader struct {
 	// addressing is whether the platform has addressing modes
 	// (addressing.go).
 	addressing addressingSupport
-	syms      symbols       // newer NVML functions the library has (mode.go)
+	syms       symbols // newer NVML functions the library has (mode.go)
 }
 
 // readError is an NVML failure while reading one fact of one device.
