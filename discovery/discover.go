@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -410,17 +408,6 @@ func normalizeBusID(id string) string {
 	return domain + ":" + rest
 }
 
-func (r *reader) sysfsNUMANode(busID string) int {
-	data, err := os.ReadFile(filepath.Join(r.sysfsRoot, "sys/bus/pci/devices", busID, "numa_node"))
-	if err != nil {
-		return NoNUMANode
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || n < 0 {
-		return NoNUMANode
-	}
-	return n
-}
 
 func unknownOnError(s string, err error) string {
 	if err != nil || s == "" {

@@ -3,7 +3,10 @@ package discovery
 import (
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
@@ -53,6 +56,25 @@ func (r *reader) pcieRoot(busID string) string {
 		return ""
 	}
 	return *attr.Value.StringValue
+}
+
+// sysfsNUMANode reads the NUMA node of the PCI device at busID from
+// sysfs (bus/pci/devices/<busID>/numa_node), for drivers whose NVML does
+// not report it; NoNUMANode when sysfs does not say.
+func (r *reader) sysfsNUMANode(busID string) int {
+	tree := r.sysfsTree()
+	if tree == nil {
+		return NoNUMANode
+	}
+	data, err := fs.ReadFile(tree, path.Join("bus/pci/devices", busID, "numa_node"))
+	if err != nil {
+		return NoNUMANode
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || n < 0 {
+		return NoNUMANode
+	}
+	return n
 }
 
 // giPlacements holds the GPU instances of one GPU read so far, by ID: the

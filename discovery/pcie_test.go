@@ -94,3 +94,35 @@ func TestAddressingMode(t *testing.T) {
 		t.Errorf("addressing mode %q on a coherent platform, want ATS", got)
 	}
 }
+
+// TestNUMANodeFromSysfs: a GPU whose NVML does not report its NUMA node
+// gets the one sysfs names, read from the fake node's own sysfs or from
+// --sysfs-root (never the host's /sys for a fake node).
+func TestNUMANodeFromSysfs(t *testing.T) {
+	node, err := fakenode.Parse("numa.yaml", []byte("name: numa\ndriverVersion: \"570.86.15\"\ncudaVersion: \"12.8\"\ngpus:\n  - product: L4\n    numa: -1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := discovery.Discover(node.NVML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.GPUs[0].NUMANode; got != discovery.NoNUMANode {
+		t.Errorf("fake node without NUMA: NUMA node %d, want none", got)
+	}
+	root := t.TempDir()
+	bus := inv.GPUs[0].PCIBusID
+	dir := filepath.Join(root, "sys", "bus", "pci", "devices", bus)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "numa_node"), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if inv, err = discovery.Discover(plainLib{node.NVML()}, discovery.WithSysfsRoot(root)); err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.GPUs[0].NUMANode; got != 1 {
+		t.Errorf("NUMA node %d from %s, want 1", got, dir)
+	}
+}
