@@ -176,6 +176,7 @@ func newRulesExplainCommand() *cobra.Command {
 		output     string
 		nodeLabels map[string]string
 		mpsControl string
+		claims     claimFlags // --claim: rules_explain_claim.go
 	)
 	cmd := &cobra.Command{
 		Use:   "explain",
@@ -186,14 +187,29 @@ claimed it, its sharing, and why each earlier rule did not claim it; then the
 resources. Without --rules it explains the default rules (builtin "none").
 Next to it is the DRA view: per resource the kubelet API that serves it (the
 rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
-"featureplug dra classes" makes for it.`,
+"featureplug dra classes" makes for it.
+
+With --claim FILE it explains ResourceClaims instead: for each node (--fake-node,
+this machine, --node, or every bundled fake node with --all-fake-nodes), which
+devices kube-scheduler's allocator would give each request of each claim in the
+file, for a firstAvailable request which subrequest, and how many of the node's
+devices each request or subrequest matches (evaluating the classes' and the
+claim's CEL selectors as the scheduler does) — including devices the rules serve
+through the device plugin, which a claim cannot get.`,
 		Example: `  featureplug rules explain --rules mixed --fake-node dgx-a100
   featureplug rules explain --rules rules.yaml --fake-node ./node.yaml --node-labels pool=inference
-  featureplug rules explain --rules /etc/featureplug/rules.yaml -o json`,
+  featureplug rules explain --rules /etc/featureplug/rules.yaml -o json
+  featureplug rules explain --rules mixed --serve dra --claim claim.yaml --all-fake-nodes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "yaml", "json"); err != nil {
 				return err
+			}
+			if claims.file != "" {
+				return claims.explain(cmd, src, &cluster, rulesFile, nodeLabels, output)
+			}
+			if claims.allFakeNodes {
+				return errors.New("--all-fake-nodes explains a claim on every bundled fake node: it needs --claim")
 			}
 			if cluster.node != "" {
 				return cluster.explain(cmd, rulesFile, output)
@@ -229,6 +245,7 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 	addDeprecatedAlias(cmd, "node-label", "node-labels")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
 	cmd.Flags().StringVar(&mpsControl, "mps-control", mps.DefaultControlBinary, "the MPS control program MPS-shared resources need")
+	claims.addFlags(cmd) // last: explain's own --serve, where it has one, wins
 	return cmd
 }
 
