@@ -408,7 +408,6 @@ func normalizeBusID(id string) string {
 	return domain + ":" + rest
 }
 
-
 func unknownOnError(s string, err error) string {
 	if err != nil || s == "" {
 		return Unknown

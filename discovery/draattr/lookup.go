@@ -158,8 +158,8 @@ func buildSchema(c Compatibility) *Schema {
 // same on every device of the kind.
 func ownLayout(kind string) ([]entry, map[string]part, map[string]string) {
 	parts := map[string]part{
-		nfdKey(discovery.FeatureGPU, discovery.AttrComputeMajor): {AttrComputeCapability, "major"},
-		nfdKey(discovery.FeatureGPU, discovery.AttrComputeMinor): {AttrComputeCapability, "minor"},
+		nfdKey(discovery.FeatureGPU, discovery.AttrComputeMajor):   {AttrComputeCapability, "major"},
+		nfdKey(discovery.FeatureGPU, discovery.AttrComputeMinor):   {AttrComputeCapability, "minor"},
 		nfdKey(discovery.FeatureDriver, discovery.AttrDriverMajor): {"driverVersion", "major"},
 		nfdKey(discovery.FeatureDriver, discovery.AttrCUDAMajor):   {"cudaVersion", "major"},
 		nfdKey(discovery.FeatureDriver, discovery.AttrCUDAMinor):   {"cudaVersion", "minor"},
