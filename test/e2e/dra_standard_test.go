@@ -155,7 +155,9 @@ func draE2EGPUs(t *testing.T) []draE2EInventoryGPU {
 //     resource.kubernetes.io/pcieRoot is allocated the one GPU under the
 //     NIC's root; with a NIC under a root no GPU shares it stays Pending;
 //   - a firstAvailable claim (an H100, else an A100-SXM4-40GB) on this
-//     node without H100s is satisfied by its second choice.
+//     node without H100s is satisfied by its second choice;
+//   - a pod asking for the implicit extended resource of a class,
+//     deviceclass.resource.kubernetes.io/<class>, gets a device of it.
 func TestDRAStandardAttributesAndPrioritizedList(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, kube-apiserver, kube-scheduler and featureplug")
@@ -258,6 +260,24 @@ func TestDRAStandardAttributesAndPrioritizedList(t *testing.T) {
 		res := draE2EResults(t, api, "h100-else-a100")
 		if want := draE2EDeviceName(gpus[4].UUID); len(res) != 1 || res[0].Request != "gpu/a100-40gb" || res[0].Device != want {
 			t.Errorf("allocated %+v, want subrequest gpu/a100-40gb with GPU 4 (%s)", res, want)
+		}
+	})
+
+	t.Run("ImplicitExtendedResource", func(t *testing.T) {
+		// Every class serves deviceclass.resource.kubernetes.io/<class>.
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		res := "deviceclass.resource.kubernetes.io/gpu.example.com.featureplug.io"
+		if _, err := api.Client.CoreV1().Pods(draE2ENamespace).Create(ctx, draE2EPod("implicit", res, 1, ""), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := draE2EWaitPod(t, api, "implicit", "bound with the claim the scheduler made", func(p *corev1.Pod) bool {
+			return p.Spec.NodeName != "" && p.Status.ExtendedResourceClaimStatus != nil
+		})
+		devs := draE2EAllocated(t, api, n.name, p.Status.ExtendedResourceClaimStatus.ResourceClaimName)
+		// GPU 4, the class's other device, went to the prioritized list.
+		if want := draE2EDeviceName(gpus[5].UUID); len(devs) != 1 || devs[0] != want {
+			t.Errorf("pod asking for %s got %v, want GPU 5 (%s, example.com/gpu)", res, devs, want)
 		}
 	})
 }
