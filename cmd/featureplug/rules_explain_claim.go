@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"slices"
@@ -127,7 +128,7 @@ func (f *claimFlags) explain(cmd *cobra.Command, src sourceFlags, cluster *expla
 	}
 	file, err := readClaimFile(f.file)
 	if err != nil {
-		return &exitError{code: 1, err: err}
+		return asFailure(err)
 	}
 	rs, nodes, err := f.claimNodes(cmd, src, cluster, rulesFile, nodeLabels)
 	if err != nil {
@@ -135,7 +136,7 @@ func (f *claimFlags) explain(cmd *cobra.Command, src sourceFlags, cluster *expla
 	}
 	classes, err := claimClasses(rs, nodes, file)
 	if err != nil {
-		return &exitError{code: 1, err: err}
+		return &exitError{code: exitFailed, err: err}
 	}
 	lister := classLister(classes)
 	var reports []claimReport
@@ -144,7 +145,7 @@ func (f *claimFlags) explain(cmd *cobra.Command, src sourceFlags, cluster *expla
 		for _, n := range nodes {
 			nr, err := explainClaimOn(cmd.Context(), rs, n, serve, claim, lister)
 			if err != nil {
-				return &exitError{code: 1, err: fmt.Errorf("claim %s on %s: %w", rep.Claim, n.name, err)}
+				return &exitError{code: exitFailed, err: fmt.Errorf("claim %s on %s: %w", rep.Claim, n.name, err)}
 			}
 			rep.Nodes = append(rep.Nodes, nr)
 		}
@@ -173,11 +174,11 @@ func (f *claimFlags) claimNodes(cmd *cobra.Command, src sourceFlags, cluster *ex
 	ctx := cmd.Context()
 	if cluster.node != "" {
 		if f.allFakeNodes {
-			return nil, nil, errors.New("--all-fake-nodes explains fake nodes: it cannot be used with --node")
+			return nil, nil, usageErrorf("--all-fake-nodes explains fake nodes: it cannot be used with --node")
 		}
 		for _, local := range []string{"fake-node", "node-labels", "driver-root", "nvml-library", "sysfs-root"} {
 			if fl := cmd.Flags().Lookup(local); fl != nil && fl.Changed {
-				return nil, nil, fmt.Errorf("--%s describes this machine: it cannot be used with --node", local)
+				return nil, nil, usageErrorf("--%s describes this machine: it cannot be used with --node", local)
 			}
 		}
 		return clusterClaimNode(cmd, cluster, rulesFile)
@@ -185,13 +186,13 @@ func (f *claimFlags) claimNodes(cmd *cobra.Command, src sourceFlags, cluster *ex
 	rs := rules.Default()
 	if rulesFile != "" {
 		var err error
-		if rs, err = rules.Load(rulesFile); err != nil {
-			return nil, nil, &exitError{code: 1, err: err}
+		if rs, err = loadRules(rulesFile); err != nil {
+			return nil, nil, err
 		}
 	}
 	if f.allFakeNodes {
 		if src.fakeNode != "" {
-			return nil, nil, errors.New("--all-fake-nodes explains every bundled fake node: drop --fake-node")
+			return nil, nil, usageErrorf("--all-fake-nodes explains every bundled fake node: drop --fake-node")
 		}
 		var nodes []claimNode
 		for _, name := range fakenode.BundledNames() {
@@ -225,7 +226,7 @@ func clusterClaimNode(cmd *cobra.Command, cluster *explainNodeFlags, rulesFile s
 	defer cancel()
 	cr, err := loadClusterRules(ctx, r, &cluster.clusterFlags, rulesFile)
 	if err != nil {
-		return nil, nil, &exitError{code: 1, err: err}
+		return nil, nil, &exitError{code: exitFailed, err: err}
 	}
 	n, err := r.Node(ctx, cluster.node)
 	if err != nil {
@@ -237,11 +238,11 @@ func clusterClaimNode(cmd *cobra.Command, cluster *explainNodeFlags, rulesFile s
 	}
 	cn := &clusterNode{name: cluster.node, labels: n.Labels, feature: pickNodeFeature(cluster.node, cluster.namespace, nfs)}
 	if cn.feature == nil {
-		return nil, nil, &exitError{code: 1, err: fmt.Errorf("node %s: no featureplug NodeFeature: the agent has not published its features", cluster.node)}
+		return nil, nil, &exitError{code: exitFailed, err: fmt.Errorf("node %s: no featureplug NodeFeature: the agent has not published its features", cluster.node)}
 	}
 	rebuilt, err := cn.rebuild()
 	if err != nil {
-		return nil, nil, &exitError{code: 1, err: fmt.Errorf("node %s: %w", cluster.node, err)}
+		return nil, nil, &exitError{code: exitFailed, err: fmt.Errorf("node %s: %w", cluster.node, err)}
 	}
 	for _, g := range rebuilt.Gaps {
 		fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", g)
@@ -254,6 +255,9 @@ func clusterClaimNode(cmd *cobra.Command, cluster *explainNodeFlags, rulesFile s
 // more documents.
 func readClaimFile(path string) (*claimFile, error) {
 	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, usageErrorf("--claim: %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--claim: %w", err)
 	}
@@ -313,6 +317,16 @@ func readClaimFile(path string) (*claimFile, error) {
 		defaultClaim(c)
 	}
 	return out, nil
+}
+
+// asFailure gives err the exit code of a failed explanation unless it
+// carries one (a usage error).
+func asFailure(err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{code: exitFailed, err: err}
 }
 
 // defaultClaim sets what the API server defaults in a claim's requests:
