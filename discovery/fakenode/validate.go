@@ -38,6 +38,7 @@ type layout struct {
 	gpus          []gpuLayout
 	nvlink        []NVLinkSpec
 	pcie          []PCIeSpec
+	vfio          []vfioLayout // vfio.go
 }
 
 // gpuLayout is one GPU of a layout.
@@ -100,8 +101,11 @@ func validate(source string, spec *Spec, cat *catalog) (*layout, error) {
 	for i := range spec.GPUs {
 		l.gpus = append(l.gpus, v.gpuEntry(i, &spec.GPUs[i], len(l.gpus))...)
 	}
+	l.vfio = v.vfioEntries(spec.VFIO, len(l.gpus)) // vfio.go
 	if len(l.gpus) > maxGPUs {
 		v.fail("gpus", "%d GPUs; a node may have at most %d", len(l.gpus), maxGPUs)
+	} else if n := len(l.gpus) + len(l.vfio); n > maxGPUs {
+		v.fail("vfio", "%d GPUs with those of gpus; a node may have at most %d", n, maxGPUs)
 	}
 	if len(v.errs) == 0 {
 		v.nvlink(spec.NVLink, l.gpus)
