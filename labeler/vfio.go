@@ -2,6 +2,7 @@ package labeler
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/featureplug/featureplug/discovery"
 )
@@ -16,8 +17,9 @@ const (
 	// vfio-pci).
 	LabelVFIOCount = "featureplug.io/vfio.count"
 	// LabelVFIOProduct is their product, sanitized as nvidia.com/gpu.product
-	// ("NVIDIA-L40S"): of the most of them on a node with several, ties
-	// going to the product of the lowest PCI address.
+	// ("NVIDIA-L40S", "10de-2bb1" for a device ID featureplug does not
+	// know): of the most of them on a node with several, ties going to the
+	// product of the lowest PCI address.
 	LabelVFIOProduct = "featureplug.io/vfio.product"
 )
 
@@ -38,5 +40,6 @@ func (l *labelSet) vfioLabels(inv *discovery.Inventory) {
 		}
 	}
 	l.set(LabelVFIOCount, strconv.Itoa(len(inv.VFIO)))
-	l.set(LabelVFIOProduct, productName(false, best))
+	// A device ID featureplug does not know is its product: 10de-2bb1.
+	l.set(LabelVFIOProduct, productName(false, strings.ReplaceAll(best, ":", "-")))
 }
