@@ -122,20 +122,7 @@ func validate(source string, spec *Spec, cat *catalog) (*layout, error) {
 func (v *validator) gpuEntry(i int, g *GPUSpec, first int) []gpuLayout {
 	path := fmt.Sprintf("gpus[%d]", i)
 	before := len(v.errs)
-	count := 1
-	if g.Count != nil {
-		count = *g.Count
-		if count < 1 || count > maxGPUs {
-			v.fail(path+".count", "%d is out of range (1-%d)", count, maxGPUs)
-		}
-	}
-	numa := 0
-	if g.NUMA != nil {
-		numa = *g.NUMA
-		if numa < -1 || numa > maxNUMANode {
-			v.fail(path+".numa", "%d is out of range (-1 for none, 0-%d)", numa, maxNUMANode)
-		}
-	}
+	count, numa := v.countAndNUMA(path, g.Count, g.NUMA)
 	p, ok := v.cat.product(g.Product)
 	if g.Product == "" {
 		v.fail(path+".product", "is required (known products: %s)", strings.Join(v.cat.keys(), ", "))
@@ -166,6 +153,25 @@ func (v *validator) gpuEntry(i int, g *GPUSpec, first int) []gpuLayout {
 		out[k] = gpuLayout{product: p, numa: numa, migEnabled: g.MIGEnabled, gis: gis, health: health, extra: extra}
 	}
 	return out
+}
+
+// countAndNUMA validates an entry's count and numa keys and returns them
+// with their defaults (1 and node 0).
+func (v *validator) countAndNUMA(path string, countKey, numaKey *int) (count, numa int) {
+	count = 1
+	if countKey != nil {
+		count = *countKey
+		if count < 1 || count > maxGPUs {
+			v.fail(path+".count", "%d is out of range (1-%d)", count, maxGPUs)
+		}
+	}
+	if numaKey != nil {
+		numa = *numaKey
+		if numa < -1 || numa > maxNUMANode {
+			v.fail(path+".numa", "%d is out of range (-1 for none, 0-%d)", numa, maxNUMANode)
+		}
+	}
+	return count, numa
 }
 
 // health validates a GPU's failure evidence against what its product's

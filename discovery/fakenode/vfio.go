@@ -86,20 +86,7 @@ func (v *validator) vfioEntries(specs []VFIOSpec, first int) []vfioLayout {
 		s := &specs[i]
 		path := fmt.Sprintf("vfio[%d]", i)
 		before := len(v.errs)
-		count := 1
-		if s.Count != nil {
-			count = *s.Count
-			if count < 1 || count > maxGPUs {
-				v.fail(path+".count", "%d is out of range (1-%d)", count, maxGPUs)
-			}
-		}
-		numa := 0
-		if s.NUMA != nil {
-			numa = *s.NUMA
-			if numa < -1 || numa > maxNUMANode {
-				v.fail(path+".numa", "%d is out of range (-1 for none, 0-%d)", numa, maxNUMANode)
-			}
-		}
+		count, numa := v.countAndNUMA(path, s.Count, s.NUMA)
 		p, ok := v.cat.product(s.Product)
 		switch {
 		case s.Product == "":
@@ -134,7 +121,9 @@ func validDriverName(s string) bool {
 		return false
 	}
 	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+		default:
 			return false
 		}
 	}
