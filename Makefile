@@ -1,6 +1,7 @@
 # featureplug build, test and demo entry points.
 #
 #   make demo    the whole chain on a bundled fake node (no GPU, no cluster)
+#   make demo-kubelet  pods on a real kubelet and containerd 2 get the fake node's GPUs (root)
 #   make test    unit tests (-race) and end-to-end tests against real components
 #   make bench   Go benchmarks and whole-process figures
 #   make lint    gofmt, go vet and golangci-lint
@@ -17,7 +18,7 @@ export CGO_CFLAGS  := -O2 -g -Wno-deprecated-declarations
 
 GOLANGCI_LINT_VERSION ?= v2.15.0
 
-.PHONY: all build test unit e2e faults components lint demo bench bench-go bench-process bench-profile fuzz clean image scale
+.PHONY: all build test unit e2e faults components lint demo demo-kubelet bench bench-go bench-process bench-profile fuzz clean image scale
 
 all: build
 
@@ -31,7 +32,7 @@ test: unit e2e
 unit:
 	$(GO) test -race -count=1 ./...
 
-## components: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, nfd-master and kubelet into the cache.
+## components: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, nfd-master, kubelet and containerd into the cache.
 components:
 	bash test/components/build.sh
 
@@ -70,6 +71,22 @@ demo: build
 	$(GO) build -o $(BIN_DIR)/featureplug-demo ./cmd/featureplug-demo
 	$(BIN_DIR)/featureplug-demo --featureplug $(BIN)
 
+## demo-kubelet: the pods-run end-to-end test, told as it goes: a real
+## kubelet and containerd 2 with runc (root only; Debian: apt-get install
+## runc), featureplug on a fake node next to them, and pods whose containers
+## print what they got: device nodes, driver files, environment, through the
+## device plugins (cdi-cri, cdi-annotations, envvar, MIG, MPS) and DRA, then
+## an XID on a running pod's GPU and a kill -9 of the agent with a kubelet
+## restart. About a minute once `make test` has built everything.
+## PODS_ROUNDS=5 runs five pods per path for the medians of
+## docs/performance.md.
+PODS_ROUNDS ?= 1
+
+demo-kubelet: components
+	@if [ "$$(id -u)" != 0 ]; then echo "demo-kubelet runs containerd and the kubelet, which need root (a private mount namespace, cgroups, device nodes): run it as root"; exit 1; fi
+	cd test && FEATUREPLUG_PODS_ROUNDS=$(PODS_ROUNDS) bash -o pipefail -c \
+		'$(GO) test -race -count=1 -timeout 20m -run "^TestPodsRun$$" -v ./e2e/ | sed -E "s/^ +[a-z_]+\.go:[0-9]+: /  /"'
+
 ## bench: the Go benchmarks of every package, then featureplug-bench against
 ## `featureplug run` on the bundled 8x H100 and 8x A100 (MIG) fake nodes with
 ## the mixed rules, printing the medians next to the goals (docs/performance.md).
@@ -89,7 +106,9 @@ bench-go:
 
 ## bench-process: the whole agent as the kubelet sees it, built as the
 ## Dockerfile builds it (stripped), beside the bench's null plugin (the
-## floor: one resource, fixed devices) measured in the same rounds.
+## floor: one resource, fixed devices) measured in the same rounds, each
+## in a memory cgroup of its own for its working set (as root; RSS only
+## where there is no memory controller to use).
 bench-process:
 	mkdir -p $(BENCH_OUT)
 	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BENCH_OUT)/featureplug ./cmd/featureplug

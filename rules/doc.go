@@ -25,6 +25,11 @@
 //	      activeThreadPercentage: 0    # 0..100 per replica; 0: 100 / replicas
 //	  serve: device-plugin         # optional: device-plugin or dra; absent: the agent's --serve
 //
+// A file without rules is an error unless it says, at the top level,
+// serveNothing: true (and then it has no rules): an emptied or truncated
+// file must never pass for one that means to serve nothing. A plan of such
+// a file has plan.Plan.ServeNothing set.
+//
 // # Evaluation
 //
 // Every device is decided on its own. A rule sees the node-level features
@@ -62,7 +67,8 @@
 // # Validation
 //
 // Parse reports every problem at once, each naming the file, line, rule
-// (index and name), field and value: unknown fields, invalid resource names
+// (index and name), field and value: no rules without serveNothing,
+// unknown fields, invalid resource names
 // (see plan.ValidateResourceName), malformed NFD expressions, expressions that
 // cannot compare what featureplug publishes (Gt on a product name), bad
 // sharing settings (any sharing of devices: vfio), one resource given two

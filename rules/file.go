@@ -20,6 +20,10 @@ type fileSpec struct {
 	APIVersion string     `json:"apiVersion"`
 	Kind       string     `json:"kind"`
 	Rules      []ruleSpec `json:"rules"`
+	// ServeNothing says the file means to serve no device: it then has no
+	// rules. Without it, a file with no rules is an error, since an
+	// emptied or truncated file looks the same.
+	ServeNothing bool `json:"serveNothing,omitempty"`
 	// Health is the health policy per node pool (health.go).
 	Health []healthSpec `json:"health,omitempty"`
 }

@@ -42,6 +42,9 @@ type RuleSet struct {
 	rules    []*rule
 	health   []*healthEntry // the health section (health.go)
 	warnings []string
+	// serveNothing is the file's serveNothing: it means to serve no
+	// device (and has no rules).
+	serveNothing bool
 }
 
 // rule is one compiled rule.
@@ -199,15 +202,13 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 		c.add(false, &Error{Line: doc.line(path{"kind"}), Rule: -1, Field: "kind",
 			Value: strconv.Quote(spec.Kind), Msg: fmt.Sprintf("must be %q", Kind)})
 	}
-	if len(spec.Rules) == 0 {
-		c.add(true, &Error{Line: doc.line(path{"rules"}), Rule: -1, Field: "rules", Msg: "no rules: no device will be advertised"})
-	}
+	c.checkServeNothing(&spec)
 
 	sample := sampleInventory()
 	c.schema = newSchema(discovery.Features(sample))
 	c.sample = sample
 
-	rs := &RuleSet{source: source}
+	rs := &RuleSet{source: source, serveNothing: spec.ServeNothing}
 	names := make(map[string]int, len(spec.Rules))
 	literal := make(map[string][]*rule) // rules by the literal name they give
 	for i := range spec.Rules {
@@ -237,6 +238,27 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 	}
 	rs.warnings = c.warnings
 	return rs, nil
+}
+
+// checkServeNothing checks that a file has rules unless it says
+// serveNothing, and that a file saying serveNothing has none. An agent
+// given a file without rules would withdraw every resource, and an emptied
+// ConfigMap or a file cut short after "rules:" looks just like that, so
+// serving nothing must be said in so many words.
+func (c *checker) checkServeNothing(spec *fileSpec) {
+	switch {
+	case spec.ServeNothing && len(spec.Rules) > 0:
+		c.add(false, &Error{Line: c.doc.line(path{"serveNothing"}), Rule: -1, Field: "serveNothing", Value: "true",
+			Msg: fmt.Sprintf("says the file serves no device, but it has %d rules: remove the rules or serveNothing", len(spec.Rules))})
+	case !spec.ServeNothing && len(spec.Rules) == 0:
+		what := "missing"
+		if c.doc.root != nil && child(c.doc.root, "rules") != nil {
+			what = "empty"
+		}
+		c.add(false, &Error{Line: c.doc.line(path{"rules"}), Rule: -1, Field: "rules",
+			Msg: what + ": the file would serve no device and withdraw every resource (an emptied or truncated file looks like this); " +
+				"a file meant to serve nothing says serveNothing: true"})
+	}
 }
 
 // checker collects the errors and warnings of one Parse.

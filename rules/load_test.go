@@ -71,8 +71,8 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"invalid yaml", header + "- name: [a\n", []string{"r.yaml: ", "invalid YAML"}},
 		{"two documents", header + "- name: a\n  devices: gpu\n  resource: a.com/b\n---\nkind: x\n", []string{"r.yaml:7: ", "one YAML document"}},
-		{"api version", "apiVersion: v1\nkind: ResourceRules\nrules: []\n", []string{"r.yaml:1: ", "apiVersion", `"featureplug.io/v1alpha1"`, `(have "v1")`}},
-		{"kind", "apiVersion: featureplug.io/v1alpha1\nkind: Rules\nrules: []\n", []string{"r.yaml:2: ", "kind", `(have "Rules")`}},
+		{"api version", "apiVersion: v1\nkind: ResourceRules\nserveNothing: true\n", []string{"r.yaml:1: ", "apiVersion", `"featureplug.io/v1alpha1"`, `(have "v1")`}},
+		{"kind", "apiVersion: featureplug.io/v1alpha1\nkind: Rules\nserveNothing: true\n", []string{"r.yaml:2: ", "kind", `(have "Rules")`}},
 		{"unknown top field", header + "- name: a\n  devices: gpu\n  resource: a.com/b\nspec: {}\n", []string{"r.yaml:7: ", `unknown field "spec"`}},
 		{"unknown rule field", header + "- name: a\n  device: gpu\n  resource: a.com/b\n", []string{"r.yaml:5: ", `rules[0] "a"`, `unknown field "device"`}},
 		{"unknown sharing field", header + "- name: a\n  devices: gpu\n  resource: a.com/b\n  sharing:\n    strategy: time-slicing\n    replica: 2\n", []string{"r.yaml:9: ", `rules[0] "a"`, "sharing: ", `unknown field "replica"`}},
@@ -225,12 +225,52 @@ func TestParseWarnings(t *testing.T) {
 			}
 		})
 	}
-	rs, err := Parse("r.yaml", []byte(header[:len(header)-len("rules:\n")]))
-	if err != nil {
-		t.Fatal(err)
+}
+
+// TestServeNothing checks that a file without rules is an error unless it
+// says serveNothing, which a file with rules must not say, and that the
+// plan of a serveNothing file carries the intent.
+func TestServeNothing(t *testing.T) {
+	const top = "apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\n"
+	const rule = "- name: all\n  devices: gpu\n  resource: nvidia.com/gpu\n"
+	const missing = `rules: missing: the file would serve no device and withdraw every resource (an emptied or truncated file looks like this); ` +
+		`a file meant to serve nothing says serveNothing: true`
+	for _, tc := range []struct {
+		name, file string
+		want       string // "" for valid
+	}{
+		{"rules missing", top, "r.yaml:1: " + missing},
+		{"rules null (cut after rules:)", top + "rules:\n", "r.yaml:3: rules: empty: "},
+		{"rules empty list", top + "rules: []\n", "r.yaml:3: rules: empty: "},
+		{"empty file", "", "rules: missing: "},
+		{"serveNothing false", top + "serveNothing: false\nrules: []\n", "rules: empty: "},
+		{"serveNothing without rules", top + "serveNothing: true\n", ""},
+		{"serveNothing with empty rules", top + "serveNothing: true\nrules: []\n", ""},
+		{"serveNothing with rules", top + "serveNothing: true\nrules:\n" + rule,
+			`r.yaml:3: serveNothing: says the file serves no device, but it has 1 rules: remove the rules or serveNothing (have true)`},
+		{"serveNothing not a bool", top + "serveNothing: yes please\n", "serveNothing: must be true or false, not string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, err := Parse("r.yaml", []byte(tc.file))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Parse: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Parse: error %v, want one containing %q", err, tc.want)
+			case tc.want != "":
+				return
+			}
+			if w := rs.Warnings(); len(w) > 0 {
+				t.Errorf("warnings %q", w)
+			}
+			p := mustPlan(t, rs, a100Node(), nil)
+			if !p.ServeNothing || len(p.Resources) != 0 || len(p.Decisions) == 0 {
+				t.Errorf("plan: ServeNothing %v, %d resources, %d decisions; want true, none, every device decided", p.ServeNothing, len(p.Resources), len(p.Decisions))
+			}
+		})
 	}
-	if w := rs.Warnings(); len(w) != 1 || !strings.Contains(w[0], "no rules") {
-		t.Errorf("Warnings() of an empty file = %q, want one about no rules", w)
+	if p := mustPlan(t, mustParse(t, rule), a100Node(), nil); p.ServeNothing {
+		t.Error("a plan of a file with rules says ServeNothing")
 	}
 }
 

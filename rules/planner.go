@@ -51,6 +51,13 @@ type target struct {
 // caps allow (MaxDevicesPerResource, MaxDevicesPerNode); callers then keep
 // their last good plan.
 func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) (*plan.Plan, error) {
+	p, _, err := rs.plan(inv, nodeLabels)
+	return p, err
+}
+
+// plan is Plan, returning the planner too: CheckOn reads the problems
+// there as errors.
+func (rs *RuleSet) plan(inv *discovery.Inventory, nodeLabels map[string]string) (*plan.Plan, *planner, error) {
 	nodeMiss := make([]string, len(rs.rules))
 	node := labels.Set(nodeLabels)
 	for i, r := range rs.rules {
@@ -61,19 +68,20 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 
 	pl := newPlanner(rs, nodeMiss)
 	plan := &plan.Plan{
-		Decisions: make([]plan.Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()+len(inv.VFIO)),
-		Links:     cloneLinks(inv.Links),
+		Decisions:    make([]plan.Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()+len(inv.VFIO)),
+		Links:        cloneLinks(inv.Links),
+		ServeNothing: rs.serveNothing,
 	}
 	visitTargets(inv, func(t *target) {
 		plan.Decisions = append(plan.Decisions, pl.decide(t))
 	})
 	pl.checkParents()
 	if len(pl.errs) > 0 {
-		return nil, errors.Join(pl.errs...)
+		return nil, nil, errors.Join(pl.errs...)
 	}
 	all := pl.resources()
 	if err := pl.checkCaps(all); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	plan.Resources, plan.VFIO = splitVFIO(all) // vfio.go
 	plan.Problems = pl.problems
@@ -92,7 +100,7 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 	plan.MIGStrategy, singleResource = rs.migStrategy(nodeMiss)
 	applySingle(inv, plan, singleResource)
 	plan.Health, plan.HealthSource = rs.healthFor(node) // health.go
-	return plan, nil
+	return plan, pl, nil
 }
 
 // newPlanner returns the state of one Plan (or check) with rs.
@@ -182,6 +190,8 @@ type planner struct {
 	order    []string          // resource names in first-claim order
 	errs     []error
 	problems []plan.Problem // devices left out, in inventory order
+	// problemErrs are the problems as errors, in the same order.
+	problemErrs []*Error
 
 	memo    []map[string]verdict  // per rule: verdicts by input values
 	names   []map[string]rendered // per rule: template results by input values
@@ -316,9 +326,10 @@ func (pl *planner) decide(t *target) plan.Decision {
 		}
 		d.Rule = r.name
 		name, problem := pl.claim(r, t, d.Description)
-		if problem != "" {
-			d.Problem = problem
-			pl.problems = append(pl.problems, plan.Problem{Device: d.Device, Description: d.Description, Rule: r.name, Resource: name, Message: problem})
+		if problem != nil {
+			d.Problem = problem.Error()
+			pl.problems = append(pl.problems, plan.Problem{Device: d.Device, Description: d.Description, Rule: r.name, Resource: name, Message: d.Problem})
+			pl.problemErrs = append(pl.problemErrs, problem)
 			break
 		}
 		d.Resource = name
@@ -346,7 +357,7 @@ func describe(t *target) string {
 // ("" after an error). When the rule's template fails or gives an invalid
 // name, the device is not claimed and problem says why (name is then what
 // the template gave, if anything).
-func (pl *planner) claim(r *rule, t *target, desc string) (name, problem string) {
+func (pl *planner) claim(r *rule, t *target, desc string) (name string, problem *Error) {
 	name = r.resource
 	if r.tmpl != nil {
 		rendered := pl.render(r, t)
@@ -367,14 +378,14 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name, problem string)
 	// MPS on a MIG-enabled GPU would fail on the node.
 	if spec, _ := r.sharing.Spec(); spec.WholeGPUOnly && (t.mig != nil || t.gpu.MIGEnabled) {
 		pl.fail(r, "sharing.strategy", string(spec.Name), fmt.Sprintf("%s cannot share %s: MIG is enabled on its GPU", spec.Name, desc))
-		return "", ""
+		return "", nil
 	}
 	// An MPS per-replica memory limit must fit the GPU it limits (issue 15
 	// item 5; plan.Sharing.CheckDeviceMemory).
 	if err := r.sharing.CheckDeviceMemory(t.memory()); err != nil {
 		pl.fail(r, "sharing.mps.pinnedMemoryLimitMiB", strconv.FormatUint(r.sharing.MPS.PinnedMemoryLimitMiB, 10),
 			fmt.Sprintf("%s (%s): %v", desc, t.gpu.UUID, err))
-		return "", ""
+		return "", nil
 	}
 	c, ok := pl.claims[name]
 	if !ok {
@@ -382,13 +393,13 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name, problem string)
 		pl.claims[name] = c
 		pl.order = append(pl.order, name)
 	} else if !pl.sameKind(c, r, t, name, desc) { // vfio.go
-		return "", ""
+		return "", nil
 	} else if c.rule != r && !c.sharing.Same(r.sharing) {
 		pl.fail(r, "sharing", r.sharing.String(), fmt.Sprintf("resource %q of %s is also given by rules[%d] %q with sharing %s; a resource has one sharing",
 			name, desc, c.rule.index, c.rule.name, c.sharing.String()))
-		return "", ""
+		return "", nil
 	} else if !pl.sameServe(c, r, name, desc) { // serve.go
-		return "", ""
+		return "", nil
 	}
 	c.minMem = min(c.minMem, t.memory())
 	dev := claimed{mig: -1, rule: r, Device: plan.Device{
@@ -409,14 +420,12 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name, problem string)
 		dev.MemoryMiB = t.mig.MemoryMiB
 	}
 	c.devices = append(c.devices, dev)
-	return name, ""
+	return name, nil
 }
 
-// problem formats a device problem on a rule's resource field, as an
-// *Error would print it.
-func (pl *planner) problem(r *rule, msg string) string {
-	e := &Error{Source: pl.rs.source, Line: r.resourceLine, Rule: r.index, RuleName: r.name, Field: "resource", Value: strconv.Quote(r.resource), Msg: msg}
-	return e.Error()
+// problem is a device problem on a rule's resource field.
+func (pl *planner) problem(r *rule, msg string) *Error {
+	return &Error{Source: pl.rs.source, Line: r.resourceLine, Rule: r.index, RuleName: r.name, Field: "resource", Value: strconv.Quote(r.resource), Msg: msg}
 }
 
 // checkCaps checks the assembled resources against MaxDevicesPerResource

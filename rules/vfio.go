@@ -107,12 +107,13 @@ func (t *target) id() string {
 func describeVFIO(d *discovery.VFIODevice) string { return "VFIO " + d.Product }
 
 // claimVFIO gives a VFIO device to the resource name r gave it, unless its
-// IOMMU group cannot be passed through (problem says why) or the name is a
-// resource for containers.
-func (pl *planner) claimVFIO(r *rule, t *target, name, desc string) (string, string) {
+// IOMMU group cannot be passed through (problem says why, on the rule that
+// claimed it, as a template's problem does) or the name is a resource for
+// containers.
+func (pl *planner) claimVFIO(r *rule, t *target, name, desc string) (string, *Error) {
 	d := t.vfio
 	if why := groupProblem(d); why != "" {
-		return name, why
+		return name, &Error{Source: pl.rs.source, Line: r.line, Rule: r.index, RuleName: r.name, Msg: desc + " (" + d.PCIAddress + "): " + why}
 	}
 	c, ok := pl.claims[name]
 	if !ok {
@@ -120,7 +121,7 @@ func (pl *planner) claimVFIO(r *rule, t *target, name, desc string) (string, str
 		pl.claims[name] = c
 		pl.order = append(pl.order, name)
 	} else if !pl.sameKind(c, r, t, name, desc) || !pl.sameServe(c, r, name, desc) {
-		return "", ""
+		return "", nil
 	}
 	c.devices = append(c.devices, claimed{mig: -1, rule: r, Device: plan.Device{
 		ID: d.PCIAddress, Kind: plan.DeviceVFIO, GPUIndex: -1, NUMANode: d.NUMANode, Rule: r.name,
@@ -129,7 +130,7 @@ func (pl *planner) claimVFIO(r *rule, t *target, name, desc string) (string, str
 			GroupDevices: len(d.GroupMembers) + 1, Driver: d.Driver, VendorID: d.VendorID, DeviceID: d.DeviceID,
 		},
 	}})
-	return name, ""
+	return name, nil
 }
 
 // sameKind reports whether a device of t's kind may join claim c: a

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,12 +22,14 @@ const stopGrace = 5 * time.Second
 // logTailBytes is how much of an agent's log an error quotes.
 const logTailBytes = 4000
 
-// agentProcess is a launched `featureplug run`.
+// agentProcess is a launched `featureplug run` (or null plugin).
 type agentProcess struct {
 	cmd     *exec.Cmd
 	logPath string
 	baseURL string
 	http    *http.Client
+	// cgroup is the process's own memory cgroup; nil without one.
+	cgroup *memCgroup
 	// exited is closed when the process has exited; err is its result.
 	exited chan struct{}
 	err    error
@@ -43,35 +46,62 @@ func freeAddr() (string, error) {
 }
 
 // launchAgent starts `binary run` with args plus its own --metrics-addr,
-// logging to logPath. It returns the process and the instant just before
-// the fork, from which start-up is timed.
-func launchAgent(binary, logPath string, args []string) (*agentProcess, time.Time, error) {
+// logging to logPath, in a memory cgroup of its own under cgroups (none
+// when nil). It returns the process and the instant just before the fork,
+// from which start-up is timed.
+func launchAgent(binary, logPath string, args []string, cgroups *cgroupParent) (*agentProcess, time.Time, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, time.Time{}, err
 	}
+	p, start, err := launch(binary, logPath, append([]string{"run", "--metrics-addr", addr}, args...), cgroups)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	p.baseURL = "http://" + addr
+	p.http = &http.Client{Timeout: 10 * time.Second}
+	return p, start, nil
+}
+
+// launch starts binary with args, logging to logPath, in a memory cgroup
+// of its own under cgroups (none when nil), named after logPath's
+// directory. It returns the process and the instant just before the fork.
+func launch(binary, logPath string, args []string, cgroups *cgroupParent) (*agentProcess, time.Time, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("agent log: %w", err)
+		return nil, time.Time{}, fmt.Errorf("process log: %w", err)
 	}
 	defer func() { _ = logFile.Close() }() // the child keeps its own descriptor
-	args = append([]string{"run", "--metrics-addr", addr}, args...)
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = childAttr()
-	p := &agentProcess{
-		cmd:     cmd,
-		logPath: logPath,
-		baseURL: "http://" + addr,
-		http:    &http.Client{Timeout: 10 * time.Second},
-		exited:  make(chan struct{}),
+	p := &agentProcess{cmd: cmd, logPath: logPath, http: http.DefaultClient, exited: make(chan struct{})}
+	startCmd := cmd.Start
+	if cgroups != nil {
+		if p.cgroup, err = cgroups.newCgroup("featureplug-bench-" + filepath.Base(filepath.Dir(logPath))); err != nil {
+			return nil, time.Time{}, err
+		}
+		startCmd = func() error { return p.cgroup.start(cmd) }
 	}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(); err != nil {
+		if p.cgroup != nil {
+			_ = p.cgroup.remove()
+		}
 		return nil, time.Time{}, fmt.Errorf("starting %s: %w", binary, err)
 	}
 	go func() { p.err = cmd.Wait(); close(p.exited) }()
 	return p, start, nil
+}
+
+// memory reads the process's resident memory, and its cgroup's.
+func (p *agentProcess) memory(procRoot string) (Memory, error) {
+	m, err := readMemory(procRoot, p.pid())
+	if err != nil || p.cgroup == nil {
+		return m, err
+	}
+	m.Cgroup, err = p.cgroup.read()
+	return m, err
 }
 
 // pid returns the agent's process ID.
@@ -113,9 +143,21 @@ func (p *agentProcess) logTail() string {
 	return string(data)
 }
 
-// stop sends SIGTERM and waits for the exit, killing the agent if it
-// takes longer than stopGrace. It reports an unclean exit.
+// stop sends SIGTERM and waits for the exit, killing the process if it
+// takes longer than stopGrace, then removes its cgroup. It reports an
+// unclean exit.
 func (p *agentProcess) stop() error {
+	err := p.terminate()
+	if p.cgroup != nil {
+		if rmErr := p.cgroup.remove(); rmErr != nil && err == nil {
+			err = rmErr
+		}
+		p.cgroup = nil
+	}
+	return err
+}
+
+func (p *agentProcess) terminate() error {
 	select {
 	case <-p.exited:
 		return p.exitError()
@@ -128,7 +170,7 @@ func (p *agentProcess) stop() error {
 	case <-time.After(stopGrace):
 		_ = p.cmd.Process.Kill()
 		<-p.exited
-		return fmt.Errorf("agent did not exit within %v of SIGTERM; killed", stopGrace)
+		return fmt.Errorf("process did not exit within %v of SIGTERM; killed", stopGrace)
 	}
 }
 

@@ -43,6 +43,10 @@ const (
 	quietHUPs = 2
 	// statPoll is how often the feature file is checked for rewrites.
 	statPoll = 5 * time.Millisecond
+	// afterListWindow is the window after the first ListAndWatch response
+	// whose CPU is measured: what start-up leaves to do once the kubelet
+	// has a device list.
+	afterListWindow = 2 * time.Second
 	// restartGap separates kubelet restarts. A real kubelet takes seconds
 	// to come back; restarting the instant the last Register was counted
 	// would catch that Register's reply in flight, which is a different
@@ -144,13 +148,13 @@ type Round struct {
 	HealthMs       []float64 `json:"healthMs"`
 	// Restarts time kubelet restarts.
 	Restarts []Restart `json:"restarts"`
-	// MemoryStart is read after start-up, MemoryLoad after the calls.
+	// AfterList is the CPU the agent used in the afterListWindow after its
+	// first ListAndWatch response.
+	AfterList CPUWindow `json:"afterFirstList"`
+	// MemoryStart is read at the end of AfterList, MemoryLoad after the
+	// calls.
 	MemoryStart Memory `json:"memoryStart"`
 	MemoryLoad  Memory `json:"memoryLoad"`
-	// Release is what the agent logged of releasing its binary's
-	// start-up pages; nil when it logged nothing of it (an older binary,
-	// or --release-startup-pages=false).
-	Release *Release `json:"release,omitempty"`
 	// Idle is the CPU the agent used while nothing happened.
 	Idle Idle `json:"idle"`
 	// Quiet is the no-change publishing check.
@@ -172,6 +176,11 @@ type Startup struct {
 	CPUMs float64 `json:"cpuMs"`
 	// Resources times each resource.
 	Resources map[string]ResourceStartup `json:"resources"`
+
+	// firstList is when the first ListAndWatch response was seen, and
+	// firstListCPU the CPU the agent had used by then.
+	firstList    time.Time
+	firstListCPU time.Duration
 }
 
 // ResourceStartup times one resource's start.
@@ -195,6 +204,12 @@ type Restart struct {
 	RegisteredMs float64 `json:"registeredMs"`
 	// ListedMs: every resource's new ListAndWatch sent its list.
 	ListedMs float64 `json:"listedMs"`
+}
+
+// CPUWindow is the CPU a process used over a window.
+type CPUWindow struct {
+	WindowMs float64 `json:"windowMs"`
+	CPUMs    float64 `json:"cpuMs"`
 }
 
 // Idle is the CPU used over an idle window.
@@ -225,6 +240,10 @@ type Quiet struct {
 type bench struct {
 	cfg  Config
 	plan []plan.Resource
+	// cgroups is where each measured process gets a memory cgroup of its
+	// own; nil when there is none, and noCgroup says why.
+	cgroups  *cgroupParent
+	noCgroup string
 }
 
 // newBench checks cfg and learns the plan the agent will serve.
@@ -241,7 +260,38 @@ func newBench(ctx context.Context, cfg Config) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &bench{cfg: cfg, plan: plan}, nil
+	b := &bench{cfg: cfg, plan: plan}
+	b.cgroups, err = usableCgroupParent(cfg.ProcRoot)
+	if err != nil {
+		b.noCgroup = err.Error()
+	}
+	return b, nil
+}
+
+// usableCgroupParent finds where the bench can make memory cgroups and
+// makes and removes one there to be sure it may.
+func usableCgroupParent(procRoot string) (*cgroupParent, error) {
+	p, err := findCgroupParent(procRoot)
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.newCgroup(fmt.Sprintf("featureplug-bench-%d-probe", os.Getpid()))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p.dir, err)
+	}
+	if _, err := c.read(); err != nil {
+		_ = c.remove()
+		return nil, err
+	}
+	return p, c.remove()
+}
+
+// memoryCgroupLine says how memory is measured, for the report.
+func (b *bench) memoryCgroupLine() string {
+	if b.cgroups == nil {
+		return "no memory cgroup (" + b.noCgroup + "): RSS only, no working set"
+	}
+	return "working set from a " + b.cgroups.String()
 }
 
 // run measures every round.
@@ -287,7 +337,7 @@ func (b *bench) startSession(extra ...string) (*session, error) {
 		"--publish", "file", "--features-file", filepath.Join(dir, "features"),
 		"--state-dir", filepath.Join(dir, "state"),
 	}, extra...)
-	p, start, err := launchAgent(b.cfg.Binary, filepath.Join(dir, "agent.log"), args)
+	p, start, err := launchAgent(b.cfg.Binary, filepath.Join(dir, "agent.log"), args, b.cgroups)
 	if err != nil {
 		k.Stop()
 		_ = os.RemoveAll(dir)
@@ -333,10 +383,10 @@ func (b *bench) round(ctx context.Context, index int) (r Round, err error) {
 		return r, err
 	}
 	b.progress("round %d: all %d resources registered %.1f ms after launch", index, len(b.plan), r.Startup.AllRegisteredMs)
-	if err := sleep(ctx, settle); err != nil {
+	if r.AfterList, err = b.afterList(ctx, s.agent, r.Startup.firstList, r.Startup.firstListCPU); err != nil {
 		return r, err
 	}
-	if r.MemoryStart, err = readMemory(b.cfg.ProcRoot, s.agent.pid()); err != nil {
+	if r.MemoryStart, err = s.agent.memory(b.cfg.ProcRoot); err != nil {
 		return r, err
 	}
 	if r.Idle, err = b.idle(ctx, s); err != nil {
@@ -345,16 +395,13 @@ func (b *bench) round(ctx context.Context, index int) (r Round, err error) {
 	if err := b.load(ctx, s, &r); err != nil {
 		return r, err
 	}
-	if r.MemoryLoad, err = readMemory(b.cfg.ProcRoot, s.agent.pid()); err != nil {
+	if r.MemoryLoad, err = s.agent.memory(b.cfg.ProcRoot); err != nil {
 		return r, err
 	}
 	if err := b.health(ctx, s, &r); err != nil {
 		return r, err
 	}
 	if err := b.restarts(ctx, s, &r); err != nil {
-		return r, err
-	}
-	if r.Release, err = readRelease(s.agent.logPath); err != nil {
 		return r, err
 	}
 	if err := s.close(); err != nil {
@@ -375,6 +422,7 @@ func (b *bench) startup(ctx context.Context, s *session) (Startup, error) {
 	k := s.kubelet
 	wctx, cancel := s.agent.context(ctx, b.cfg.Timeout)
 	defer cancel()
+	var cpuErr error
 	err := k.WaitUntil(wctx, func() bool {
 		now := time.Now()
 		for _, res := range b.plan {
@@ -383,6 +431,10 @@ func (b *bench) startup(ctx context.Context, s *session) (Startup, error) {
 			}
 			if _, ok := listed[res.Name]; !ok && k.Updates(res.Name) > 0 {
 				listed[res.Name] = now
+				if st.firstList.IsZero() {
+					st.firstList = now
+					st.firstListCPU, cpuErr = schedCPU(b.cfg.ProcRoot, s.agent.pid())
+				}
 			}
 		}
 		return len(registered) == len(b.plan) && len(listed) == len(b.plan)
@@ -390,6 +442,9 @@ func (b *bench) startup(ctx context.Context, s *session) (Startup, error) {
 	if err != nil {
 		return st, s.agent.failure(wctx, fmt.Sprintf("waiting for %d resources (%d registered, %d listed)",
 			len(b.plan), len(registered), len(listed)), err)
+	}
+	if cpuErr != nil {
+		return st, cpuErr
 	}
 	cpu, err := readCPU(b.cfg.ProcRoot, s.agent.pid())
 	if err != nil {
@@ -414,6 +469,27 @@ func (b *bench) startup(ctx context.Context, s *session) (Startup, error) {
 	st.FirstRegisterMs, st.AllRegisteredMs = slices.Min(regs), slices.Max(regs)
 	st.FirstListMs, st.AllListedMs = slices.Min(lists), slices.Max(lists)
 	return st, nil
+}
+
+// afterList waits until afterListWindow has passed since the first
+// ListAndWatch response at firstList (and at least settle), and returns
+// the CPU p used meanwhile, cpu0 being its CPU at firstList.
+func (b *bench) afterList(ctx context.Context, p *agentProcess, firstList time.Time, cpu0 time.Duration) (CPUWindow, error) {
+	wait := max(time.Until(firstList.Add(afterListWindow)), settle)
+	if err := sleep(ctx, wait); err != nil {
+		return CPUWindow{}, err
+	}
+	cpu1, err := schedCPU(b.cfg.ProcRoot, p.pid())
+	if err != nil {
+		return CPUWindow{}, err
+	}
+	return CPUWindow{WindowMs: ms(time.Since(firstList)), CPUMs: ms(cpu1 - cpu0)}, nil
+}
+
+// schedCPU is the CPU pid used so far, from its threads' schedstat.
+func schedCPU(procRoot string, pid int) (time.Duration, error) {
+	c, err := readCPU(procRoot, pid)
+	return c.Sched, err
 }
 
 // idle measures the CPU the agent uses while nothing happens.
@@ -711,11 +787,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // flushFile writes path's dirty page-cache pages to disk, so that the
-// binaries are measured as an installed binary runs: a file just written
-// (make builds them right before the bench) keeps dirty pages until
-// writeback, which the kernel can neither drop nor cache again in small
-// pages, as the agent asks it to once registered
-// (agent.ReleaseBinaryPages). "" is no file.
+// binaries are measured as an installed binary runs: make builds them
+// right before the bench, and the writeback of a file just written would
+// otherwise fall in the first rounds. "" is no file.
 func flushFile(path string) error {
 	if path == "" {
 		return nil

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -17,6 +15,9 @@ const (
 	// goalRegisterFloorRatio: launch -> all resources registered at most
 	// this many times the null plugin's launch -> registered.
 	goalRegisterFloorRatio = 2
+	// goalAfterListOverFloorMs: the CPU of the afterListWindow after the
+	// first ListAndWatch at most this much above the null plugin's.
+	goalAfterListOverFloorMs = 30
 	// goalBinaryMB bounds the agent binary.
 	goalBinaryMB = 40
 	// nullResource and nullDevices are what the null plugin registers.
@@ -35,8 +36,11 @@ type Floor struct {
 	ListedMs     float64 `json:"listedMs"`
 	// CPUMs is the CPU it had used by then.
 	CPUMs float64 `json:"cpuMs"`
-	// MemoryStart is read after the settle time, MemoryLoad after as many
-	// Allocate calls as featureplug gets.
+	// AfterList is the CPU it used in the afterListWindow after its first
+	// ListAndWatch response.
+	AfterList CPUWindow `json:"afterFirstList"`
+	// MemoryStart is read at the end of AfterList, MemoryLoad after as
+	// many Allocate calls as featureplug gets.
 	MemoryStart Memory `json:"memoryStart"`
 	MemoryLoad  Memory `json:"memoryLoad"`
 	// Allocate times its Allocate calls (an empty answer).
@@ -58,8 +62,8 @@ func (b *bench) floor(ctx context.Context) (f *Floor, err error) {
 		return nil, err
 	}
 	defer k.Stop()
-	p, start, err := launchNull(b.cfg.NullPlugin, filepath.Join(dir, "null.log"),
-		"--kubelet-dir", dir, "--resource", nullResource, "--devices", fmt.Sprint(nullDevices))
+	p, start, err := launch(b.cfg.NullPlugin, filepath.Join(dir, "null.log"),
+		[]string{"--kubelet-dir", dir, "--resource", nullResource, "--devices", fmt.Sprint(nullDevices)}, b.cgroups)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +74,8 @@ func (b *bench) floor(ctx context.Context) (f *Floor, err error) {
 	}()
 	f = &Floor{}
 	var registered, listed time.Time
+	var listedCPU time.Duration
+	var cpuErr error
 	wctx, cancel := p.context(ctx, b.cfg.Timeout)
 	defer cancel()
 	err = k.WaitUntil(wctx, func() bool {
@@ -79,22 +85,22 @@ func (b *bench) floor(ctx context.Context) (f *Floor, err error) {
 		}
 		if listed.IsZero() && k.Updates(nullResource) > 0 {
 			listed = now
+			listedCPU, cpuErr = schedCPU(b.cfg.ProcRoot, p.pid())
 		}
 		return !registered.IsZero() && !listed.IsZero()
 	})
 	if err != nil {
 		return nil, p.failure(wctx, "null plugin start-up", err)
 	}
+	if cpuErr != nil {
+		return nil, cpuErr
+	}
 	f.RegisteredMs, f.ListedMs = ms(registered.Sub(start)), ms(listed.Sub(start))
-	cpu, err := readCPU(b.cfg.ProcRoot, p.pid())
-	if err != nil {
+	f.CPUMs = ms(listedCPU)
+	if f.AfterList, err = b.afterList(ctx, p, listed, listedCPU); err != nil {
 		return nil, err
 	}
-	f.CPUMs = ms(cpu.Sched)
-	if err := sleep(ctx, settle); err != nil {
-		return nil, err
-	}
-	if f.MemoryStart, err = readMemory(b.cfg.ProcRoot, p.pid()); err != nil {
+	if f.MemoryStart, err = p.memory(b.cfg.ProcRoot); err != nil {
 		return nil, err
 	}
 	ids := make([]string, 0, nullDevices)
@@ -112,7 +118,7 @@ func (b *bench) floor(ctx context.Context) (f *Floor, err error) {
 		return nil, p.failure(wctx, "null plugin Allocate", err)
 	}
 	f.Allocate = summarize(samples)
-	if f.MemoryLoad, err = readMemory(b.cfg.ProcRoot, p.pid()); err != nil {
+	if f.MemoryLoad, err = p.memory(b.cfg.ProcRoot); err != nil {
 		return nil, err
 	}
 	for range restartSamples {
@@ -141,26 +147,6 @@ func (b *bench) floor(ctx context.Context) (f *Floor, err error) {
 		f.Restarts = append(f.Restarts, Restart{RegisteredMs: ms(regAt.Sub(t0)), ListedMs: ms(listAt.Sub(t0))})
 	}
 	return f, nil
-}
-
-// launchNull starts the null plugin, logging to logPath; it returns the
-// process and the instant just before the fork.
-func launchNull(binary, logPath string, args ...string) (*agentProcess, time.Time, error) {
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("null plugin log: %w", err)
-	}
-	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = childAttr()
-	p := &agentProcess{cmd: cmd, logPath: logPath, http: http.DefaultClient, exited: make(chan struct{})}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, time.Time{}, fmt.Errorf("starting %s: %w", binary, err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.exited) }()
-	return p, start, nil
 }
 
 // fileMB is a file's size in (decimal) megabytes; 0 when it cannot be read.
@@ -200,6 +186,11 @@ func floorDefs() []figureDef {
 		{"  the same in CPU time (agent CPU / floor CPU)", "x", nil, has(func(r Round) []float64 {
 			return one(r.Startup.CPUMs / r.Floor.CPUMs)
 		})},
+		{fmt.Sprintf("null plugin: CPU in the %v after its first ListAndWatch", afterListWindow), "ms", nil, has(func(r Round) []float64 { return one(r.Floor.AfterList.CPUMs) })},
+		{"featureplug: that CPU over the floor's", "ms", &goal{limit: goalAfterListOverFloorMs, orEqual: true}, has(func(r Round) []float64 {
+			return one(r.AfterList.CPUMs - r.Floor.AfterList.CPUMs)
+		})},
+		{"null plugin: working set after load", "MiB", nil, has(cgroupFigure(func(r Round) Memory { return r.Floor.MemoryLoad }, func(c CgroupMemory) int64 { return c.WorkingSet }))},
 		{"null plugin: RSS after load", "MB", nil, has(func(r Round) []float64 { return one(mb(r.Floor.MemoryLoad.RSS)) })},
 		{"  anonymous", "MB", nil, has(func(r Round) []float64 { return one(mb(r.Floor.MemoryLoad.Anon)) })},
 		{"  file-backed", "MB", nil, has(func(r Round) []float64 { return one(mb(r.Floor.MemoryLoad.File)) })},

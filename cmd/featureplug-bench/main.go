@@ -82,7 +82,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	report := newReport(b.cfg, describeMachine(ctx, b.cfg.Binary, load), b.plan, rounds)
+	machine := describeMachine(ctx, b.cfg.Binary, load)
+	machine.MemoryCgroup = b.memoryCgroupLine()
+	report := newReport(b.cfg, machine, b.plan, rounds)
 	if jsonFile != "" {
 		if err := writeJSONFile(jsonFile, report); err != nil {
 			return err

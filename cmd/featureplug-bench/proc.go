@@ -28,6 +28,8 @@ type Memory struct {
 	// FilePMD is FilePmdMapped from smaps_rollup: the part of File the
 	// kernel maps in 2 MiB pages, resident whether touched or not.
 	FilePMD int64 `json:"filePmdMappedKiB"`
+	// Cgroup is the process's own memory cgroup: zero without one.
+	Cgroup CgroupMemory `json:"cgroup,omitzero"`
 }
 
 // readMemory reads the resident memory of pid from procRoot/<pid>/status

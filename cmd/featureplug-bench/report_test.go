@@ -79,10 +79,19 @@ func testRound(f float64, writes int) Round {
 		Preferred:  []PreferredLatency{{Size: 2, Available: 8, Latency: Latency{P99: 0.4 * f}}, {Size: 4, Available: 8, Latency: Latency{P99: 0.6 * f}}},
 		HealthMs:   []float64{1 * f, 2 * f, 3 * f},
 		Restarts:   []Restart{{RegisteredMs: 5 * f, ListedMs: 6 * f}},
-		MemoryLoad: Memory{RSS: int64(20000 * f)},
+		MemoryLoad: Memory{RSS: int64(30000 * f), Cgroup: CgroupMemory{Usage: int64(40000 * f), WorkingSet: int64(20000 * f)}},
+		AfterList:  CPUWindow{WindowMs: 2000, CPUMs: 20 * f},
 		Idle:       Idle{Percent: 0.1 * f},
 		Quiet:      Quiet{FileWrites: writes},
 	}
+}
+
+// withFloors gives each round the same null plugin's round.
+func withFloors(rounds []Round) []Round {
+	for i := range rounds {
+		rounds[i].Floor = &Floor{RegisteredMs: 10, CPUMs: 10, AfterList: CPUWindow{WindowMs: 2000, CPUMs: 1}}
+	}
+	return rounds
 }
 
 func figureByName(t *testing.T, figs []Figure, prefix string) Figure {
@@ -100,7 +109,7 @@ func TestFigures(t *testing.T) {
 	plan := testPlan()[:1]
 	// Medians: the middle round's figures, except where a far round would
 	// drag a mean.
-	rounds := []Round{testRound(1, 0), testRound(1.2, 0), testRound(100, 3)}
+	rounds := withFloors([]Round{testRound(1, 0), testRound(1.2, 0), testRound(100, 3)})
 	figs := figures(plan, rounds)
 	tests := []struct {
 		prefix         string
@@ -116,6 +125,9 @@ func TestFigures(t *testing.T) {
 		{"kubelet restart -> all re-registered", 6, 3, "< 200.0 ms", Pass, 5, 500},
 		{"idle CPU", 0.12, 3, "< 0.50 % core", Pass, 0.1, 10},
 		{"feature-file writes", 0, 3, "0", Pass, 0, 3},
+		{"working set after load", 20000 * 1.2 / 1024, 3, "<= 25.0 MiB", Pass, 20000.0 / 1024, 20000 * 100.0 / 1024},
+		{"featureplug: that CPU over the floor's", 23, 3, "<= 30.0 ms", Pass, 19, 1999},
+		{"featureplug: launch -> all registered / floor", 1.8, 3, "<= 2.00 x", Pass, 1.5, 150},
 	}
 	for _, tt := range tests {
 		f := figureByName(t, figs, tt.prefix)
@@ -124,13 +136,17 @@ func TestFigures(t *testing.T) {
 				tt.prefix, f, tt.median, tt.samples, tt.minimum, tt.maxim, tt.goal, tt.result)
 		}
 	}
-	if f := figureByName(t, figs, "RSS after load"); f.Result != Pass || !near(f.Median, 20000*1.2*1024/1e6) {
-		t.Errorf("RSS after load = %+v, want %v MB PASS", f, 20000*1.2*1024/1e6)
+	if f := figureByName(t, figs, "RSS after load"); f.Goal != "" || !near(f.Median, 30000*1.2*1024/1e6) {
+		t.Errorf("RSS after load = %+v, want %v MB without a goal", f, 30000*1.2*1024/1e6)
+	}
+	if f := figureByName(t, figs, "CPU in the 2s after the first ListAndWatch"); !near(f.Median, 24) || f.Goal != "" {
+		t.Errorf("CPU after the first ListAndWatch = %+v, want 24 ms", f)
 	}
 
 	// The same with most rounds bad: the goals are missed.
-	figs = figures(plan, []Round{testRound(2, 1), testRound(3, 1), testRound(1, 0)})
-	for _, prefix := range []string{"launch -> all resources registered", "Allocate p99", "GetPreferredAllocation p99, 4 of 8", "RSS after load", "feature-file writes"} {
+	figs = figures(plan, withFloors([]Round{testRound(2, 1), testRound(3, 1), testRound(1, 0)}))
+	for _, prefix := range []string{"launch -> all resources registered", "Allocate p99", "GetPreferredAllocation p99, 4 of 8",
+		"working set after load", "featureplug: that CPU over the floor's", "feature-file writes"} {
 		if f := figureByName(t, figs, prefix); f.Result != Miss {
 			t.Errorf("%s = %+v, want MISS", prefix, f)
 		}
@@ -138,6 +154,16 @@ func TestFigures(t *testing.T) {
 	if f := figureByName(t, figs, "launch -> first Register"); f.Goal != "" || f.Result != "" {
 		t.Errorf("informative figure %+v has a goal", f)
 	}
+
+	// Without a memory cgroup there is no working set, and RSS stays.
+	rounds = []Round{testRound(1, 0)}
+	rounds[0].MemoryLoad.Cgroup = CgroupMemory{}
+	for _, f := range figures(plan, rounds) {
+		if strings.Contains(f.Name, "working set") || strings.Contains(f.Name, "cgroup") {
+			t.Errorf("figure %q without a cgroup", f.Name)
+		}
+	}
+	figureByName(t, figures(plan, rounds), "RSS after load")
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
@@ -145,7 +171,9 @@ func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 func TestWriteTable(t *testing.T) {
 	plan := testPlan()[:1]
 	cfg := Config{Binary: "bin/featureplug", FakeNode: "dgx-h100", Rules: "mixed", Rounds: 2, Allocs: 10}
-	r := newReport(cfg, Machine{CPUs: 2, CPUModel: "Test CPU", Kernel: "6.0", Go: "go1.26", Agent: "featureplug dev"}, plan,
+	machine := Machine{CPUs: 2, CPUModel: "Test CPU", Kernel: "6.0", Go: "go1.26", Agent: "featureplug dev",
+		MemoryCgroup: "no memory cgroup (no cgroup v2 hierarchy; no cgroup v1 memory hierarchy): RSS only, no working set"}
+	r := newReport(cfg, machine, plan,
 		[]Round{testRound(1, 0), testRound(1, 0)})
 	var buf bytes.Buffer
 	if err := writeTable(&buf, r); err != nil {
@@ -158,6 +186,7 @@ func TestWriteTable(t *testing.T) {
 		"FIGURE", "launch -> all resources registered", "< 20.0 ms", "PASS",
 		// The test rounds re-register in 5 ms: at the p99 goal, not under.
 		"p99 < 5.00 ms", "goals met: 10 of 11",
+		"\nmemory: no memory cgroup (no cgroup v2 hierarchy; no cgroup v1 memory hierarchy): RSS only, no working set\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

@@ -100,6 +100,17 @@ func TestBenchOneRound(t *testing.T) {
 	if r.MemoryStart.RSS <= 0 || r.MemoryLoad.RSS < r.MemoryLoad.Anon || r.MemoryLoad.Anon <= 0 {
 		t.Errorf("memory start %+v, load %+v", r.MemoryStart, r.MemoryLoad)
 	}
+	if r.AfterList.WindowMs < ms(afterListWindow) || r.AfterList.CPUMs <= 0 || r.Floor == nil || r.Floor.AfterList.WindowMs < ms(afterListWindow) {
+		t.Errorf("CPU after the first ListAndWatch = %+v, the floor's %+v; want both over %v", r.AfterList, r.Floor, afterListWindow)
+	}
+	if _, err := usableCgroupParent("/proc"); err != nil {
+		if !strings.Contains(rep.Machine.MemoryCgroup, "no memory cgroup") || r.MemoryLoad.Cgroup != (CgroupMemory{}) {
+			t.Errorf("no memory cgroup here (%v), but the report says %q and has %+v", err, rep.Machine.MemoryCgroup, r.MemoryLoad.Cgroup)
+		}
+	} else if c := r.MemoryLoad.Cgroup; c.Anon <= 0 || c.WorkingSet < c.Anon || c.Usage < c.WorkingSet ||
+		r.Floor == nil || r.Floor.MemoryLoad.Cgroup.WorkingSet <= 0 || !strings.Contains(stdout.String(), "working set after load") {
+		t.Errorf("cgroup memory after load %+v (the floor's %+v); want anonymous <= working set <= usage, in the table", c, r.Floor)
+	}
 	if r.Idle.WindowMs < 200 || r.Idle.Percent < 0 {
 		t.Errorf("idle = %+v", r.Idle)
 	}

@@ -69,53 +69,81 @@ A rules file is a path or one of the builtin names: ` + strings.Join(rules.Built
 	}
 	cmd.AddCommand(newRulesCheckCommand(), newRulesExplainCommand())
 	cmd.AddCommand(newRulesImportCommand()) // rules_import.go
-	cmd.AddCommand(newRulesDiffCommand())   // rules_cluster_cmd.go
+	cmd.AddCommand(newRulesDiffCommand())   // rules_diff.go
 	return cmd
 }
 
 func newRulesCheckCommand() *cobra.Command {
-	return &cobra.Command{
+	var on checkNodeFlags // rules_check_node.go
+	cmd := &cobra.Command{
 		Use:   "check FILE...",
 		Short: "Validate rules files, listing every error and warning",
 		Long: `Check loads rules files and reports every problem, each naming the file, line,
 rule, field and value. It also tries every rule on every device featureplug's
 fake-node catalog can make (every bundled fake node, every product as a whole
-GPU and in every MIG profile, +me profiles included), so a template that gives
-an invalid resource name for some device, or a rule that would advertise more
+GPU and in every MIG profile, +me profiles included), and counts device IDs on
+the largest node of every product (16 GPUs), so a template that gives an
+invalid resource name for some device, or a rule that would advertise more
 device IDs than the caps allow, is an error here rather than on a node.
+
+With --fake-node or --node, check instead tries the file on that node exactly
+as run would: a plan run would refuse, a device it would leave out, or a plan
+that would withdraw every resource is an error, with run's own message.
 A file check accepts never crashes run.`,
 		Example: `  featureplug rules check /etc/featureplug/rules.yaml
-  featureplug rules check mixed`,
+  featureplug rules check mixed
+  featureplug rules check --fake-node dgx-h100 rules.yaml
+  featureplug rules check --node gpu-node-7 rules.yaml`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return checkRules(cmd.OutOrStdout(), cmd.ErrOrStderr(), args)
+			target, err := on.target(cmd)
+			if err != nil {
+				return err
+			}
+			return checkRules(cmd.OutOrStdout(), cmd.ErrOrStderr(), args, target)
 		},
 	}
+	on.addFlags(cmd.Flags())
+	return cmd
 }
 
-// checkRules loads each file and tries it on every device of the
-// fake-node catalog (every bundled node, every product and MIG profile),
-// printing what is wrong with it, and fails when any file does not load or
-// gives an invalid resource name or too many device IDs anywhere.
-func checkRules(out, errOut io.Writer, files []string) error {
+// checkRules loads each file and tries it on the node target names, or on
+// every device of the fake-node catalog (every bundled node, every product
+// and MIG profile) when it is nil, printing what is wrong with it, and
+// fails when any file does not load or would not serve as it says there.
+func checkRules(out, errOut io.Writer, files []string, target *checkTarget) error {
 	bad := 0
 	var nodes []rules.CheckNode
 	for _, file := range files {
 		rs, err := rules.Load(file)
-		if err == nil && nodes == nil {
+		if err == nil && target == nil && nodes == nil {
 			if nodes, err = catalog.Nodes(); err != nil {
 				return fmt.Errorf("building the fake-node catalog: %w", err)
 			}
 		}
-		if err == nil {
+		var p *plan.Plan
+		switch {
+		case err != nil:
+		case target != nil:
+			p, err = rs.CheckOn(target.name, target.inv, target.labels)
+		default:
 			err = rs.CheckNodes(nodes)
 		}
 		if err != nil {
 			bad++
-			fmt.Fprintf(errOut, "%s: invalid:\n", file)
+			if target != nil {
+				fmt.Fprintf(errOut, "%s: invalid on %s:\n", file, target.name)
+			} else {
+				fmt.Fprintf(errOut, "%s: invalid:\n", file)
+			}
 			for _, line := range strings.Split(err.Error(), "\n") {
 				fmt.Fprintf(errOut, "  %s\n", line)
 			}
+			continue
+		}
+		if target != nil {
+			printWarnings(errOut, rs)
+			fmt.Fprintf(out, "%s: ok on %s, %d rules (%s): %s\n", file, target.name, len(rs.RuleNames()), strings.Join(rs.RuleNames(), ", "), servedSummary(p))
 			continue
 		}
 		printWarnings(errOut, rs)
@@ -187,6 +215,9 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 			}
 			for _, p := range plan.Problems {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: left out: %s\n", p.String())
+			}
+			if err := plan.CheckServes(); err != nil { // what run refuses on a reload, as check does
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n", err)
 			}
 			return printExplanation(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailableResources(plan, mpsControl))
 		},

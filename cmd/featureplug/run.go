@@ -80,9 +80,6 @@ type runFlags struct {
 	serve              string // the kubelet API of resources whose rules do not say (issue 20)
 	draRegistryDir     string // the kubelet's plugin registry directory (DRA registration socket)
 	draPluginDir       string // the DRA driver's socket directory
-
-	// releaseStartupPages: agent.Config.ReleaseStartupPages (issue 17).
-	releaseStartupPages bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -136,7 +133,6 @@ the command line wins.`,
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
 	fs.DurationVar(&f.mpsCheckInterval, "mps-check-interval", mps.DefaultCheckInterval, "period of the MPS control daemons' liveness check")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
-	fs.BoolVar(&f.releaseStartupPages, "release-startup-pages", true, "once registered, release the binary's pages that start-up used and keep the rest in 4 KiB pages, so that only the pages in use stay resident (docs/performance.md)")
 	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket "+dra.RegistrationSocketName+" goes")
 	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket "+dra.PluginSocketName+", which the kubelet calls to prepare claims")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir, "host directory for state that must survive a restart (unhealthy devices); created 0700 at start; empty disables persistence")
@@ -349,10 +345,8 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		MetricsAddr:       f.metricsAddr,
 		Stdout:            cmd.OutOrStdout(),
 		Logger:            log,
-
-		ReleaseStartupPages: f.releaseStartupPages,
-		PublishHold:         agent.DefaultPublishHold,
-		AfterStartup:        afterStartup,
+		PublishHold:       agent.DefaultPublishHold,
+		AfterStartup:      afterStartup,
 	})
 	if err != nil {
 		return err

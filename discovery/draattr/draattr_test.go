@@ -344,21 +344,3 @@ func TestLookupOddCases(t *testing.T) {
 		}
 	}
 }
-
-func TestFormCEL(t *testing.T) {
-	f, _ := draattr.Lookup(draattr.TypeGPU, discovery.FeatureDriver, discovery.AttrDriverMajor)
-	if got, want := f.Value(), `device.attributes["gpu.featureplug.io"].driverVersion.major()`; got != want {
-		t.Errorf("Value = %s, want %s", got, want)
-	}
-	if got, want := f.Has(), `"driverVersion" in device.attributes["gpu.featureplug.io"]`; got != want {
-		t.Errorf("Has = %s, want %s", got, want)
-	}
-	f, _ = draattr.Lookup(draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrMemory)
-	if got, want := f.Value(), `device.capacity["gpu.featureplug.io"].memory`; got != want || f.Has() != "" || f.Exists() != "true" {
-		t.Errorf("memory: Value = %s (want %s), Has = %q, Exists = %q", got, want, f.Has(), f.Exists())
-	}
-	f, _ = draattr.Lookup(draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagMPS)
-	if got, want := f.Exists(), `device.attributes["gpu.featureplug.io"].capabilityMps`; got != want {
-		t.Errorf("flag Exists = %s, want %s", got, want)
-	}
-}

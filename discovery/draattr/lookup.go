@@ -2,7 +2,6 @@ package draattr
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -133,7 +132,7 @@ type Form struct {
 	// version Attribute (nvidia.driver.major is driverVersion's major).
 	Part string
 	// Optional is set when a device may lack Attribute (a version NVML
-	// could not read): read it only where Has holds.
+	// could not read): read it only where the device carries it.
 	Optional bool
 	// Const, when not "", is the NFD value every device of the kind has
 	// (a MIG device's parent has mig.enabled "true").
@@ -253,63 +252,6 @@ func lookupParent(t *table, f Form) (Form, error) {
 	}
 	f.Missing = true
 	return f, nil
-}
-
-// AttributeCEL returns the CEL expression that reads one of featureplug's
-// attributes of the device: device.attributes["gpu.featureplug.io"].<name>.
-func AttributeCEL(name resourceapi.QualifiedName) string {
-	return "device.attributes[" + strconv.Quote(Domain) + "]." + string(name)
-}
-
-// CapacityCEL returns the CEL expression that reads one of featureplug's
-// capacities of the device: device.capacity["gpu.featureplug.io"].<name>.
-func CapacityCEL(name resourceapi.QualifiedName) string {
-	return "device.capacity[" + strconv.Quote(Domain) + "]." + string(name)
-}
-
-// Value returns the CEL expression that reads the form's value: an int
-// (for Part, the version's part), a bool, a string, a semver, or a
-// quantity (Capacity). It is "" for Const, Absent and Missing forms.
-func (f Form) Value() string {
-	switch {
-	case f.Attribute == "":
-		return ""
-	case f.Capacity:
-		return CapacityCEL(f.Attribute)
-	case f.Part != "":
-		return AttributeCEL(f.Attribute) + "." + f.Part + "()"
-	}
-	return AttributeCEL(f.Attribute)
-}
-
-// Has returns the CEL condition under which Value can be read, "" when a
-// device always carries it.
-func (f Form) Has() string {
-	if !f.Optional || f.Attribute == "" {
-		return ""
-	}
-	return strconv.Quote(string(f.Attribute)) + " in device.attributes[" + strconv.Quote(Domain) + "]"
-}
-
-// Exists returns the CEL condition equivalent to NFD's Exists on the
-// attribute: the flag's value for a flag, "true" for what NFD always
-// publishes, "false" for what it never does. It is "" for an Absent form.
-func (f Form) Exists() string {
-	switch {
-	case f.Absent:
-		return ""
-	case f.Missing:
-		return "false"
-	case f.Flag && f.Const != "":
-		return "true"
-	case f.Flag:
-		return f.Value()
-	case f.Part != "" && f.Optional:
-		// NFD publishes the part when the version has one, which
-		// the catalog's versions do when they are versions at all.
-		return f.Has()
-	}
-	return "true"
 }
 
 // String names the form for explanations: "driverVersion.major()",

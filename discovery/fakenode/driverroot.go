@@ -58,22 +58,29 @@ func MIGCapMinor(gpu, gi, ci int) int {
 // dev/nvidia-uvm-tools and dev/nvidia-caps/nvidia-cap<minor> for every MIG
 // capability of the node's GPUs, the mig-minors file listing them
 // (MIGMinorsFile), and the driver's libraries (<name>.so.<driver version>)
-// and tools as empty stub files. Device nodes are plain empty files: the
-// root serves to generate specs, not to run containers.
+// and tools as empty stub files.
+//
+// Device nodes are character devices with the numbers of /dev/null when
+// the process may make device nodes (root), so that a container runtime
+// injecting a CDI spec made from the root creates them in the container
+// (it refuses a device node that is a plain file), and a process that
+// opens one reads nothing; otherwise they are plain empty files, enough to
+// generate specs.
 //
 // It can be called again for the same dir (e.g. after the node changed):
-// it adds what is missing and rewrites the mig-minors file; files of an
+// it adds what is missing, turns plain device-node files into device
+// nodes where it may, and rewrites the mig-minors file; files of an
 // earlier driver version stay.
 func (n *Node) WriteDriverRoot(dir string) error {
 	if dir == "" {
 		return errors.New("fake driver root: empty directory")
 	}
-	var files []string
+	var nodes, files []string
 	for i := range n.gpus {
-		files = append(files, fmt.Sprintf("dev/nvidia%d", i))
+		nodes = append(nodes, fmt.Sprintf("dev/nvidia%d", i))
 	}
 	for _, d := range controlDevices {
-		files = append(files, "dev/"+d)
+		nodes = append(nodes, "dev/"+d)
 	}
 	var minors strings.Builder
 	minors.WriteString("config 1\nmonitor 2\n")
@@ -81,15 +88,22 @@ func (n *Node) WriteDriverRoot(dir string) error {
 		for gi := range migMaxGPUInstances {
 			m := MIGCapMinor(g, gi, -1)
 			fmt.Fprintf(&minors, "gpu%d/gi%d/access %d\n", g, gi, m)
-			files = append(files, fmt.Sprintf("%s/nvidia-cap%d", migCapsDevDir, m))
+			nodes = append(nodes, fmt.Sprintf("%s/nvidia-cap%d", migCapsDevDir, m))
 			for ci := range migMaxComputeInstances {
 				m := MIGCapMinor(g, gi, ci)
 				fmt.Fprintf(&minors, "gpu%d/gi%d/ci%d/access %d\n", g, gi, ci, m)
-				files = append(files, fmt.Sprintf("%s/nvidia-cap%d", migCapsDevDir, m))
+				nodes = append(nodes, fmt.Sprintf("%s/nvidia-cap%d", migCapsDevDir, m))
 			}
 		}
 	}
-	files = append(files, migCapsDevDir+"/nvidia-cap1", migCapsDevDir+"/nvidia-cap2")
+	nodes = append(nodes, migCapsDevDir+"/nvidia-cap1", migCapsDevDir+"/nvidia-cap2")
+	mknod := true
+	for _, f := range nodes {
+		var err error
+		if mknod, err = deviceNode(filepath.Join(dir, filepath.FromSlash(f)), mknod); err != nil {
+			return fmt.Errorf("fake driver root of node %s: %w", n.spec.Name, err)
+		}
+	}
 	for _, l := range driverLibraries {
 		files = append(files, DriverRootLibDir+"/"+l+"."+n.spec.DriverVersion)
 	}
@@ -122,4 +136,35 @@ func touch(p string) error {
 		return err
 	}
 	return os.WriteFile(p, nil, 0o644)
+}
+
+// deviceNode makes p a character device with /dev/null's numbers when
+// mknod is true and the process may, replacing a plain file left by an
+// earlier run that could not; else it touches p. It returns whether the
+// next node should be tried with mknod: false once the kernel refused, so
+// a process without CAP_MKNOD does not ask again for every node.
+func deviceNode(p string, mknod bool) (bool, error) {
+	fi, err := os.Lstat(p)
+	switch {
+	case err == nil && fi.Mode()&fs.ModeCharDevice != 0:
+		return mknod, nil
+	case err == nil && !fi.Mode().IsRegular():
+		return mknod, fmt.Errorf("%s: neither a device node nor a plain file (%s)", p, fi.Mode().Type())
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return mknod, err
+	}
+	if !mknod {
+		return false, touch(p)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return mknod, err
+	}
+	made, err := mknodNull(p)
+	if err != nil {
+		return mknod, err
+	}
+	if !made {
+		return false, touch(p)
+	}
+	return true, nil
 }

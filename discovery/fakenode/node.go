@@ -4,6 +4,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -50,9 +51,19 @@ type Node struct {
 	sysfsDirs  []string
 }
 
+// MaxFileSize is the largest fake node file Load, ReadFile and Parse
+// accept: 256 KiB, over 200 times the largest bundled node and about 15
+// times a node of MaxGPUs GPUs with every MIG device, placement and health
+// field written out. A larger file is a mistake (a wrong path, a log), and
+// decoding it would cost seconds and gigabytes of memory.
+const MaxFileSize = 256 << 10
+
 // Parse builds a node from YAML. source names the data in errors (usually
 // the file name).
 func Parse(source string, data []byte) (*Node, error) {
+	if len(data) > MaxFileSize {
+		return nil, sizeError(source, int64(len(data)))
+	}
 	spec, err := decodeSpec(source, data)
 	if err != nil {
 		return nil, err
@@ -72,9 +83,9 @@ func Parse(source string, data []byte) (*Node, error) {
 // node with the same UUIDs and bus IDs, so an agent that sees the file
 // change can simply Load it again.
 func Load(path string) (*Node, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading fake node file: %w", err)
+		return nil, err
 	}
 	n, err := Parse(path, data)
 	if err != nil {
@@ -82,6 +93,37 @@ func Load(path string) (*Node, error) {
 	}
 	n.path = path
 	return n, nil
+}
+
+// ReadFile reads a fake node file, refusing one larger than MaxFileSize
+// without reading more of it than the cap.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading fake node file: %w", err)
+	}
+	defer func() { _ = f.Close() }() // read-only: a close error loses nothing
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxFileSize {
+		return nil, sizeError(path, fi.Size())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading fake node file %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, sizeError(path, -1) // grew, or not a regular file
+	}
+	return data, nil
+}
+
+// sizeError says that a fake node file is over MaxFileSize; size is -1
+// when only "more" is known.
+func sizeError(source string, size int64) error {
+	have := fmt.Sprintf("over %d bytes", MaxFileSize)
+	if size >= 0 {
+		have = fmt.Sprintf("%d bytes", size)
+	}
+	return &SpecError{Source: source, Problem: fmt.Sprintf("the file is %s, over the cap of %d bytes (fakenode.MaxFileSize) for a fake node file", have, MaxFileSize)}
 }
 
 // Named builds one of the bundled nodes (see BundledNames).

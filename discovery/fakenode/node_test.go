@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -308,5 +309,69 @@ func BenchmarkReadNode(b *testing.B) {
 	}
 	for b.Loop() {
 		view(b, n)
+	}
+}
+
+// TestFileSizeCap checks that a fake node file over MaxFileSize is refused
+// by Load, Open and ReadFile with an error naming the file, its size and
+// the cap, without reading it whole, while a largest-possible node written
+// out in full is well under the cap.
+func TestFileSizeCap(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A valid start, then 64 MiB of padding: a sparse file, so the test
+	// writes nothing, and a reader that read it whole would take seconds.
+	if _, err := f.WriteString("name: big\ndriverVersion: \"570.86.15\"\ncudaVersion: \"12.8\"\ngpus:\n- product: H100-80GB-HBM3\n#"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := big + ": the file is 67108864 bytes, over the cap of 262144 bytes (fakenode.MaxFileSize) for a fake node file"
+	for name, read := range map[string]func() error{
+		"Load":     func() error { _, err := fakenode.Load(big); return err },
+		"Open":     func() error { _, err := fakenode.Open(big); return err },
+		"ReadFile": func() error { _, err := fakenode.ReadFile(big); return err },
+	} {
+		if err := read(); err == nil || err.Error() != want {
+			t.Errorf("%s: %v, want %q", name, err, want)
+		}
+	}
+	if _, err := fakenode.Parse("mem.yaml", make([]byte, fakenode.MaxFileSize+1)); err == nil || !strings.Contains(err.Error(), "mem.yaml: the file is 262145 bytes, over the cap") {
+		t.Errorf("Parse of a large buffer: %v", err)
+	}
+
+	// The largest node a file can describe, in long form: MaxGPUs GPUs,
+	// each its own entry with seven MIG devices, placements, health and
+	// NUMA written out, every pair in an NVLink group.
+	var b strings.Builder
+	b.WriteString("# The largest node: every field written out, one entry per GPU.\nname: largest\ndriverVersion: \"570.86.15\"\ncudaVersion: \"12.8\"\ngpus:\n")
+	for i := range fakenode.MaxGPUs {
+		b.WriteString("  - product: H100-80GB-HBM3 # an H100 of the HGX baseboard, seven 1g.10gb instances\n    count: 1\n    numa: " + strconv.Itoa(i/8) + "\n    mode: compute\n")
+		b.WriteString("    health: {rowRemapPending: false, rowRemapFailed: false, volatileDoubleBitErrors: 0}\n    mig:\n")
+		for p := range 7 {
+			b.WriteString("      - profile: 1g.10gb\n        count: 1\n        placement: " + strconv.Itoa(p) + "\n        computeInstances: [1]\n")
+		}
+	}
+	b.WriteString("nvlink:\n")
+	for i := range fakenode.MaxGPUs {
+		for j := i + 1; j < fakenode.MaxGPUs; j++ {
+			b.WriteString("  - gpus: [" + strconv.Itoa(i) + ", " + strconv.Itoa(j) + "]\n    links: 1\n")
+		}
+	}
+	if _, err := fakenode.Parse("largest.yaml", []byte(b.String())); err != nil {
+		t.Fatalf("the largest node does not parse: %v", err)
+	}
+	if n := b.Len(); n*4 > fakenode.MaxFileSize {
+		t.Errorf("the largest node in long form is %d bytes, within 4x of the cap %d", n, fakenode.MaxFileSize)
+	} else {
+		t.Logf("the largest node in long form is %d bytes; the cap is %d", n, fakenode.MaxFileSize)
 	}
 }

@@ -17,6 +17,9 @@ type Product struct {
 type MIGProfile struct {
 	// Name is the canonical profile name, e.g. "1g.10gb+me".
 	Name string
+	// MaxInstances is the most GPU instances of this profile one GPU can
+	// hold (GpuInstanceProfileInfo.InstanceCount).
+	MaxInstances int
 	// ComputeInstanceSizes are the compute instance sizes, in compute
 	// slices, a GPU instance of this profile can hold (the last fills it),
 	// as MIGSpec.ComputeInstances takes them.
@@ -30,7 +33,7 @@ func Products() []Product {
 	for _, p := range cat.products {
 		prod := Product{Key: p.key, Name: p.name}
 		for _, m := range p.mig {
-			prod.MIGProfiles = append(prod.MIGProfiles, MIGProfile{Name: m.name, ComputeInstanceSizes: ciSizes(m.compute)})
+			prod.MIGProfiles = append(prod.MIGProfiles, MIGProfile{Name: m.name, MaxInstances: m.max, ComputeInstanceSizes: ciSizes(m.compute)})
 		}
 		out = append(out, prod)
 	}

@@ -11,10 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
+// MaxGPUs is the most GPUs one fake node may have: as many as the largest
+// real nodes hold.
+const MaxGPUs = 16
+
 // Limits of a fake node file.
 const (
-	// maxGPUs is the most GPUs one node may have.
-	maxGPUs = 16
 	// maxNUMANode is the highest NUMA node a GPU may sit on.
 	maxNUMANode = 63
 	// maxECCCount bounds health.volatileDoubleBitErrors.
@@ -102,10 +104,10 @@ func validate(source string, spec *Spec, cat *catalog) (*layout, error) {
 		l.gpus = append(l.gpus, v.gpuEntry(i, &spec.GPUs[i], len(l.gpus))...)
 	}
 	l.vfio = v.vfioEntries(spec.VFIO, len(l.gpus)) // vfio.go
-	if len(l.gpus) > maxGPUs {
-		v.fail("gpus", "%d GPUs; a node may have at most %d", len(l.gpus), maxGPUs)
-	} else if n := len(l.gpus) + len(l.vfio); n > maxGPUs {
-		v.fail("vfio", "%d GPUs with those of gpus; a node may have at most %d", n, maxGPUs)
+	if len(l.gpus) > MaxGPUs {
+		v.fail("gpus", "%d GPUs; a node may have at most %d", len(l.gpus), MaxGPUs)
+	} else if n := len(l.gpus) + len(l.vfio); n > MaxGPUs {
+		v.fail("vfio", "%d GPUs with those of gpus; a node may have at most %d", n, MaxGPUs)
 	}
 	if len(v.errs) == 0 {
 		v.nvlink(spec.NVLink, l.gpus)
@@ -161,8 +163,8 @@ func (v *validator) countAndNUMA(path string, countKey, numaKey *int) (count, nu
 	count = 1
 	if countKey != nil {
 		count = *countKey
-		if count < 1 || count > maxGPUs {
-			v.fail(path+".count", "%d is out of range (1-%d)", count, maxGPUs)
+		if count < 1 || count > MaxGPUs {
+			v.fail(path+".count", "%d is out of range (1-%d)", count, MaxGPUs)
 		}
 	}
 	if numaKey != nil {

@@ -6,8 +6,10 @@
 //
 // The nodes are every bundled fake node (discovery/fakenode) as it is, and,
 // per catalog product, synthetic nodes holding one whole GPU and one GPU per
-// MIG profile (+me profiles included) and compute instance size, and one
-// synthetic node with a GPU of every product bound to vfio-pci.
+// MIG profile (+me profiles included) and compute instance size; for the
+// caps, these stand for the largest node of the product (fakenode.MaxGPUs
+// GPUs, each with as many MIG devices of a kind as one GPU holds). One more
+// synthetic node has a GPU of every product bound to vfio-pci.
 package catalog
 
 import (
@@ -23,9 +25,10 @@ import (
 	"github.com/featureplug/featureplug/rules"
 )
 
-// maxGPUsPerNode is how many GPUs one synthetic node holds: the most a fake
-// node may have.
-const maxGPUsPerNode = 16
+// maxGPUsPerNode is how many GPUs one synthetic node holds, and how many
+// the largest node of a product holds: the most a fake node may have, as
+// many as the largest real nodes.
+const maxGPUsPerNode = fakenode.MaxGPUs
 
 // Fake node facts of the synthetic nodes.
 const (
@@ -34,7 +37,8 @@ const (
 )
 
 // Nodes returns the nodes rules are checked on: every bundled fake node,
-// then the synthetic nodes of every catalog product.
+// then the synthetic nodes of every catalog product, each standing for the
+// largest node of its product (maxGPUsPerNode GPUs) for the caps.
 func Nodes() ([]rules.CheckNode, error) {
 	var out []rules.CheckNode
 	for _, name := range fakenode.BundledNames() {
@@ -49,7 +53,7 @@ func Nodes() ([]rules.CheckNode, error) {
 		out = append(out, rules.CheckNode{Name: "fake node " + name, Inventory: inv})
 	}
 	for _, p := range fakenode.Products() {
-		specs := productSpecs(p)
+		specs, instances := productSpecs(p)
 		for i, spec := range specs {
 			data, err := yaml.Marshal(spec)
 			if err != nil {
@@ -67,7 +71,8 @@ func Nodes() ([]rules.CheckNode, error) {
 			if len(specs) > 1 {
 				name += fmt.Sprintf(" (node %d of %d)", i+1, len(specs))
 			}
-			out = append(out, rules.CheckNode{Name: name, Inventory: inv, Synthetic: true})
+			out = append(out, rules.CheckNode{Name: name, Inventory: inv, Synthetic: true,
+				Largest: &rules.LargestNode{GPUs: maxGPUsPerNode, PerGPU: perGPU(inv, instances[i])}})
 		}
 	}
 	vfio, err := vfioNode()
@@ -138,15 +143,20 @@ func discover(node *fakenode.Node) (*discovery.Inventory, error) {
 
 // productSpecs returns the synthetic fake nodes of one product: a whole GPU
 // (MIG disabled), then, for a MIG-capable product, one GPU per MIG profile
-// and compute instance size, at most maxGPUsPerNode GPUs a node.
-func productSpecs(p fakenode.Product) []fakenode.Spec {
+// and compute instance size, at most maxGPUsPerNode GPUs a node; and, per
+// node and GPU, the most GPU instances of the GPU's profile one GPU holds
+// (1 for the whole GPU).
+func productSpecs(p fakenode.Product) ([]fakenode.Spec, [][]int) {
 	gpus := []fakenode.GPUSpec{{Product: p.Key}}
+	instances := []int{1}
 	for _, prof := range p.MIGProfiles {
 		for _, size := range prof.ComputeInstanceSizes {
 			gpus = append(gpus, fakenode.GPUSpec{Product: p.Key, MIG: []fakenode.MIGSpec{{Profile: prof.Name, ComputeInstances: []int{size}}}})
+			instances = append(instances, prof.MaxInstances)
 		}
 	}
 	var out []fakenode.Spec
+	var outInstances [][]int
 	for len(gpus) > 0 {
 		n := min(len(gpus), maxGPUsPerNode)
 		out = append(out, fakenode.Spec{
@@ -155,7 +165,26 @@ func productSpecs(p fakenode.Product) []fakenode.Spec {
 			CUDAVersion:   syntheticCUDA,
 			GPUs:          gpus[:n],
 		})
-		gpus = gpus[n:]
+		outInstances = append(outInstances, instances[:n])
+		gpus, instances = gpus[n:], instances[n:]
+	}
+	return out, outInstances
+}
+
+// perGPU returns, per MIG device of a synthetic node, how many MIG devices
+// like it one GPU holds: the most GPU instances of its profile, times the
+// compute instances of its size one of them holds. instances is
+// productSpecs' count per GPU of the node.
+func perGPU(inv *discovery.Inventory, instances []int) map[string]int {
+	out := make(map[string]int)
+	for gi, g := range inv.GPUs {
+		for _, d := range g.MIGDevices {
+			cis := 1
+			if d.CISlices > 0 && d.GISlices >= d.CISlices {
+				cis = d.GISlices / d.CISlices
+			}
+			out[d.UUID] = max(1, instances[gi]*cis)
+		}
 	}
 	return out
 }

@@ -125,11 +125,12 @@ func TestExpressionsAgreeWithNFD(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, e := range c.exprs {
-			cond, err := expression(f, e)
+			tree, err := expression(f, e)
 			if err != nil {
 				t.Logf("%s %s.%s %s: %v", c.kind, c.feature, c.name, formatExpression(e), err)
 				continue
 			}
+			cond := render(tree)
 			prog := dracel.GetCompiler(dracel.Features{}).CompileCELExpression(cond, dracel.Options{})
 			if prog.Error != nil {
 				t.Fatalf("%s %s.%s %s: %s: %v", c.kind, c.feature, c.name, formatExpression(e), cond, prog.Error)
@@ -172,10 +173,11 @@ func TestExpressionsAgreeWithNFD(t *testing.T) {
 // NotIn compare a version as text in NFD, as a version on the device.
 func TestVersionTextDiffers(t *testing.T) {
 	f, _ := draattr.Lookup(draattr.TypeGPU, discovery.FeatureDriver, discovery.AttrCUDAVersion)
-	cond, err := expression(f, &nfdv1alpha1.MatchExpression{Op: nfdv1alpha1.MatchIn, Value: []string{"12.8.0"}})
+	tree, err := expression(f, &nfdv1alpha1.MatchExpression{Op: nfdv1alpha1.MatchIn, Value: []string{"12.8.0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	cond := render(tree)
 	want := `"cudaVersion" in device.attributes["gpu.featureplug.io"] && device.attributes["gpu.featureplug.io"].cudaVersion.compareTo(semver("12.8.0")) == 0`
 	if cond != want {
 		t.Errorf("In [12.8.0] = %s, want %s", cond, want)
@@ -196,8 +198,8 @@ func TestNoCELForm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cond, err := expression(f, c.e); err == nil {
-			t.Errorf("%s.%s %s = %s, want no CEL form", c.feature, c.name, formatExpression(c.e), cond)
+		if tree, err := expression(f, c.e); err == nil {
+			t.Errorf("%s.%s %s = %s, want no CEL form", c.feature, c.name, formatExpression(c.e), render(tree))
 		}
 	}
 }

@@ -130,7 +130,7 @@ type compiler struct {
 	views  []rules.RuleView
 	// match is, per rule, its matchers as CEL (without the kind), or why
 	// they have no CEL form.
-	match    []string
+	match    []node
 	matchErr []*rules.Error
 	warnings []*rules.Error
 	warned   map[string]bool
@@ -139,7 +139,7 @@ type compiler struct {
 // contribution is what one rule adds to one resource's class.
 type contribution struct {
 	rule     int
-	cel      string
+	cel      node
 	fallback *rules.Error
 }
 
@@ -148,7 +148,7 @@ type contribution struct {
 // device featureplug knows).
 func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 	c := &compiler{source: rs.Source(), views: rs.Views(), warned: map[string]bool{}}
-	c.match = make([]string, len(c.views))
+	c.match = make([]node, len(c.views))
 	c.matchErr = make([]*rules.Error, len(c.views))
 	for i := range c.views {
 		c.match[i], c.matchErr[i] = c.compileMatch(&c.views[i])
@@ -272,7 +272,7 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 func (c *compiler) class(name string, cs []contribution) (cl *Class, skip bool) {
 	cl = &Class{Resource: name}
 	skip = true
-	var conds []string
+	var conds []node
 	var fallbacks []string
 	ruleSeen := map[int]bool{}
 	for _, ct := range cs {
@@ -299,15 +299,15 @@ func (c *compiler) class(name string, cs []contribution) (cl *Class, skip bool) 
 	if skip {
 		return nil, true
 	}
-	driver := "device.driver == " + quote(draattr.Domain)
-	cl.Selector = and(driver, or(conds...))
+	driver := equal(driverRef{}, strLit(draattr.Domain))
+	cl.Selector = render(and(driver, or(conds...)))
 	if len(cl.Selector) > resourceapi.CELSelectorExpressionMaxLength {
 		fallbacks = append(fallbacks, fmt.Sprintf("the compiled selector is %d characters, over resource.k8s.io's %d", len(cl.Selector), resourceapi.CELSelectorExpressionMaxLength))
 	}
 	if len(fallbacks) > 0 {
 		slices.Sort(fallbacks)
 		cl.Fallback = strings.Join(slices.Compact(fallbacks), "; ")
-		cl.Selector = and(driver, draattr.AttributeCEL(draattr.AttrResource)+" == "+quote(name))
+		cl.Selector = render(and(driver, equal(attribute(draattr.AttrResource), strLit(name))))
 	}
 	return cl, false
 }
@@ -352,20 +352,20 @@ func (c *compiler) warn(e *rules.Error) {
 // claims returns the CEL condition under which rule i claims a device:
 // its kind and matchers, and none of the earlier rules of its kind
 // matching; or why it has none (which is also a warning).
-func (c *compiler) claims(i int) (string, *rules.Error) {
+func (c *compiler) claims(i int) (node, *rules.Error) {
 	v := &c.views[i]
 	if v.NodeSelector != "" {
 		e := &rules.Error{Source: c.source, Line: v.Line, Rule: v.Index, RuleName: v.Name, Field: "nodeSelector", Value: strconv.Quote(v.NodeSelector),
 			Msg: "a DeviceClass cannot select nodes, so whether the rule claims a device depends on what a class cannot see"}
 		c.warn(e)
-		return "", e
+		return nil, e
 	}
 	if e := c.matchErr[i]; e != nil {
-		return "", e
+		return nil, e
 	}
 	// The earlier rules' matchers without their kind, which this rule
 	// shares.
-	conds := []string{kindCEL(v.Devices), c.match[i]}
+	conds := []node{kindCEL(v.Devices), c.match[i]}
 	for j := range i {
 		w := &c.views[j]
 		if w.Devices != v.Devices {
@@ -375,13 +375,13 @@ func (c *compiler) claims(i int) (string, *rules.Error) {
 			e := &rules.Error{Source: c.source, Line: v.Line, Rule: v.Index, RuleName: v.Name,
 				Msg: fmt.Sprintf("earlier rules[%d] %q claims the same kind of device on the nodes its nodeSelector %q selects, which a DeviceClass cannot see", w.Index, w.Name, w.NodeSelector)}
 			c.warn(e)
-			return "", e
+			return nil, e
 		}
 		if e := c.matchErr[j]; e != nil {
 			e2 := &rules.Error{Source: c.source, Line: v.Line, Rule: v.Index, RuleName: v.Name,
 				Msg: fmt.Sprintf("earlier rules[%d] %q claims the same kind of device first, and its match has no CEL form (%s: %s)", w.Index, w.Name, e.Field, e.Msg)}
 			c.warn(e2)
-			return "", e2
+			return nil, e2
 		}
 		conds = append(conds, not(c.match[j]))
 	}
@@ -390,26 +390,26 @@ func (c *compiler) claims(i int) (string, *rules.Error) {
 
 // kindCEL is the condition of a rule's devices field: a gpu rule claims
 // whole GPUs with MIG disabled, a mig rule MIG devices.
-func kindCEL(kind plan.DeviceKind) string {
-	typ := draattr.AttributeCEL(draattr.AttrType) + " == " + quote(string(kind))
+func kindCEL(kind plan.DeviceKind) node {
+	typ := equal(attribute(draattr.AttrType), strLit(kind))
 	if kind == plan.DeviceGPU {
 		f, _ := draattr.Lookup(draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrMIGEnabled)
-		return and(typ, not(f.Value()))
+		return and(typ, not(value(f)))
 	}
 	return typ
 }
 
 // compileMatch compiles a rule's matchers (not its kind), or says (as a
 // warning) why they have no CEL form.
-func (c *compiler) compileMatch(v *rules.RuleView) (string, *rules.Error) {
+func (c *compiler) compileMatch(v *rules.RuleView) (node, *rules.Error) {
 	kind := string(v.Devices)
 	fail := func(field string, value string, err error) *rules.Error {
 		e := &rules.Error{Source: c.source, Line: v.Line, Rule: v.Index, RuleName: v.Name, Field: field, Value: value, Msg: "no CEL form: " + strings.TrimPrefix(err.Error(), errNoCEL.Error()+": ")}
 		c.warn(e)
 		return e
 	}
-	matcher := func(at string, m nfdv1alpha1.FeatureMatcher) (string, *rules.Error) {
-		terms := make([]string, 0, len(m))
+	matcher := func(at string, m nfdv1alpha1.FeatureMatcher) (node, *rules.Error) {
+		terms := make([]node, 0, len(m))
 		for j := range m {
 			term := &m[j]
 			tp := fmt.Sprintf("%s[%d]", at, j)
@@ -419,7 +419,7 @@ func (c *compiler) compileMatch(v *rules.RuleView) (string, *rules.Error) {
 				continue
 			}
 			if term.MatchName != nil {
-				return "", fail(tp+".matchName", formatExpression(term.MatchName), noCEL("matchName matches attribute names, which a class does not list"))
+				return nil, fail(tp+".matchName", formatExpression(term.MatchName), noCEL("matchName matches attribute names, which a class does not list"))
 			}
 			if term.MatchExpressions == nil {
 				continue
@@ -429,11 +429,11 @@ func (c *compiler) compileMatch(v *rules.RuleView) (string, *rules.Error) {
 				ep := tp + ".matchExpressions." + key
 				f, err := draattr.Lookup(kind, feature, key)
 				if err != nil {
-					return "", fail(ep, formatExpression(e), fmt.Errorf("%w: %v", errNoCEL, err))
+					return nil, fail(ep, formatExpression(e), fmt.Errorf("%w: %v", errNoCEL, err))
 				}
 				cond, err := expression(f, e)
 				if err != nil {
-					return "", fail(ep, formatExpression(e), err)
+					return nil, fail(ep, formatExpression(e), err)
 				}
 				terms = append(terms, cond)
 			}
@@ -442,15 +442,15 @@ func (c *compiler) compileMatch(v *rules.RuleView) (string, *rules.Error) {
 	}
 	all, err := matcher("matchFeatures", v.MatchFeatures)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	anyOf := celTrue
+	var anyOf node = celTrue
 	if len(v.MatchAny) > 0 {
-		elems := make([]string, 0, len(v.MatchAny))
+		elems := make([]node, 0, len(v.MatchAny))
 		for j := range v.MatchAny {
 			cond, err := matcher(fmt.Sprintf("matchAny[%d].matchFeatures", j), v.MatchAny[j].MatchFeatures)
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			elems = append(elems, cond)
 		}
@@ -461,14 +461,14 @@ func (c *compiler) compileMatch(v *rules.RuleView) (string, *rules.Error) {
 
 // templateInputs returns the condition that a device's template inputs
 // are one of the tuples that give a name.
-func (c *compiler) templateInputs(v *rules.RuleView, tuples map[string][]string) (string, *rules.Error) {
+func (c *compiler) templateInputs(v *rules.RuleView, tuples map[string][]string) (node, *rules.Error) {
 	fail := func(msg string) *rules.Error {
 		e := &rules.Error{Source: c.source, Line: v.Line, Rule: v.Index, RuleName: v.Name, Field: "resource", Value: strconv.Quote(v.Resource), Msg: msg}
 		c.warn(e)
 		return e
 	}
 	if !v.TemplateInputsKnown {
-		return "", fail("no CEL form: the template reads more than named attributes, so the names it gives cannot be traced back to attributes")
+		return nil, fail("no CEL form: the template reads more than named attributes, so the names it gives cannot be traced back to attributes")
 	}
 	feature := discovery.FeatureGPU
 	if v.Devices == plan.DeviceMIG {
@@ -478,18 +478,18 @@ func (c *compiler) templateInputs(v *rules.RuleView, tuples map[string][]string)
 	for k, in := range v.TemplateInputs {
 		f, err := draattr.Lookup(string(v.Devices), feature, in)
 		if err != nil {
-			return "", fail("no CEL form: the template reads " + in + ": " + err.Error())
+			return nil, fail("no CEL form: the template reads " + in + ": " + err.Error())
 		}
 		forms[k] = f
 	}
-	var alts []string
+	var alts []node
 	for _, key := range slices.Sorted(maps.Keys(tuples)) {
 		values := tuples[key]
-		conds := make([]string, len(values))
+		conds := make([]node, len(values))
 		for k, val := range values {
 			cond, err := expression(forms[k], &nfdv1alpha1.MatchExpression{Op: nfdv1alpha1.MatchIn, Value: []string{val}})
 			if err != nil {
-				return "", fail(fmt.Sprintf("no CEL form: the template reads %s (%q): %v", v.TemplateInputs[k], val, err))
+				return nil, fail(fmt.Sprintf("no CEL form: the template reads %s (%q): %v", v.TemplateInputs[k], val, err))
 			}
 			conds[k] = cond
 		}

@@ -6,7 +6,11 @@
 // servers never link the rules engine (NFD's evaluator, templates, YAML).
 package plan
 
-import "github.com/featureplug/featureplug/discovery"
+import (
+	"fmt"
+
+	"github.com/featureplug/featureplug/discovery"
+)
 
 // DeviceKind is what a rule can claim.
 type DeviceKind string
@@ -55,6 +59,12 @@ type Plan struct {
 	// device and its labels say <product>-MIG-INVALID, as NVIDIA's plugin
 	// and gpu-feature-discovery do.
 	SingleInvalid string `json:"singleInvalid,omitempty"`
+	// ServeNothing is set when the rules file says, with its top-level
+	// serveNothing field, that the node is meant to serve no resource.
+	// Only then is a plan without resources intended: without it, such a
+	// plan is an accident (an emptied or truncated rules file), and an
+	// agent serving resources keeps its last good plan instead.
+	ServeNothing bool `json:"serveNothing,omitempty"`
 	// Health is the health policy the rules file's health section gives
 	// this node (the first entry whose nodeSelector selects it), nil when
 	// no entry does. It overrides the agent's defaults: a tracker of device
@@ -224,4 +234,28 @@ func (p *Plan) Resource(name string) (*Resource, bool) {
 		}
 	}
 	return nil, false
+}
+
+// CheckServes returns an error when p advertises no device of a node that
+// has some and its rules do not say ServeNothing: a plan that, taken by an
+// agent serving resources, would withdraw every one of them, which is
+// what an emptied or truncated rules file looks like. It is nil for a
+// plan that advertises a device, a ServeNothing plan, and a node without
+// devices.
+func (p *Plan) CheckServes() error {
+	if p == nil || p.ServeNothing || len(p.Decisions) == 0 {
+		return nil
+	}
+	for i := range p.Resources {
+		if len(p.Resources[i].Devices) > 0 {
+			return nil
+		}
+	}
+	why := "no rule claims any of them"
+	if n := len(p.Problems); n > 0 {
+		why = fmt.Sprintf("%d are left out by their rules", n)
+	}
+	return fmt.Errorf("the plan serves no device: none of the node's %d GPUs and MIG devices goes to a resource (%s); "+
+		"an agent serving resources keeps its last good plan rather than withdraw them all, and a rules file meant to serve nothing says serveNothing: true",
+		len(p.Decisions), why)
 }

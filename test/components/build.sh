@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh builds the real Kubernetes components the end-to-end tests run
 # (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-# nfd-master) at pinned
+# nfd-master, and containerd 2 with ctr and its runc shim) at pinned
 # versions into a cache directory outside the clone, skipping binaries that are
 # already there.
 #
@@ -14,7 +14,7 @@
 #   FEATUREPLUG_CACHE       cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/featureplug)
 #   FEATUREPLUG_COMPONENTS  space-separated subset to build
 #                           (default "etcd kube-apiserver nfd-master kubelet
-#                           kube-controller-manager kube-scheduler")
+#                           kube-controller-manager kube-scheduler containerd")
 #
 # Each component is built with `go build` from a scratch Go module kept under
 # the cache directory (never in the clone), so the module proxy and the Go
@@ -27,12 +27,19 @@ ETCD_VERSION=v3.6.16
 KUBE_VERSION=v1.37.2
 KUBE_STAGING_VERSION=v0.37.2
 NFD_VERSION=v0.19.0
+# containerd 2 injects CDI devices through its CRI plugin (1.6 cannot). Its
+# version is not part of the set's directory name: it is stamped next to
+# its binaries (containerd.version), so a new pin rebuilds containerd alone.
+CONTAINERD_VERSION=v2.4.2
 
 CACHE_ROOT=${FEATUREPLUG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/featureplug}
 SET_VERSION="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_nfd-${NFD_VERSION}"
 BIN_DIR="${CACHE_ROOT}/bin/${SET_VERSION}"
 SRC_DIR="${CACHE_ROOT}/src/${SET_VERSION}"
-ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet kube-controller-manager kube-scheduler"
+ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet kube-controller-manager kube-scheduler containerd"
+# The binaries the containerd component installs (ctr imports the tests'
+# images; the shim runs runc).
+CONTAINERD_BINARIES="containerd ctr containerd-shim-runc-v2"
 COMPONENTS=${FEATUREPLUG_COMPONENTS:-$ALL_COMPONENTS}
 
 # Staging modules replaced in k8s.io/kubernetes's own go.mod. sample-cli-plugin
@@ -51,6 +58,33 @@ die() {
 	exit 1
 }
 
+# stamp C prints the version stamped next to component C's binaries, for
+# components whose version is not in the set's name; empty otherwise.
+stamp() {
+	case $1 in
+	containerd) echo "$CONTAINERD_VERSION" ;;
+	esac
+}
+
+# binaries C lists the binaries component C installs.
+binaries() {
+	case $1 in
+	containerd) echo "$CONTAINERD_BINARIES" ;;
+	*) echo "$1" ;;
+	esac
+}
+
+# is_built C reports whether every binary of component C is in BIN_DIR
+# (at the stamped version, where it has one).
+is_built() {
+	local c=$1 b want
+	for b in $(binaries "$c"); do
+		[[ -x "$BIN_DIR/$b" ]] || return 1
+	done
+	want=$(stamp "$c")
+	[[ -z "$want" ]] || [[ "$(cat "$BIN_DIR/$c.version" 2>/dev/null)" == "$want" ]]
+}
+
 case "${1:-}" in
 --dir)
 	echo "$BIN_DIR"
@@ -59,7 +93,7 @@ case "${1:-}" in
 --check)
 	missing=""
 	for c in $COMPONENTS; do
-		[[ -x "$BIN_DIR/$c" ]] || missing="$missing $c"
+		is_built "$c" || missing="$missing $c"
 	done
 	if [[ -n "$missing" ]]; then
 		echo "missing in $BIN_DIR:$missing" >&2
@@ -205,10 +239,27 @@ $(staging_replaces "$KUBE_STAGING_VERSION" "$KUBE_STAGING")"
 		"-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=$NFD_VERSION"
 }
 
+# containerd builds in its own scratch module: its dependencies (grpc,
+# protobuf, the OCI and CDI libraries) are not pinned by Kubernetes'. It is
+# built as containerd's release is, all plugins in; the tests' configuration
+# turns off the snapshotters other than overlayfs.
+build_containerd() {
+	local dir="$SRC_DIR/containerd" b p=github.com/containerd/containerd/v2
+	write_module "$dir" "module featureplug.local/components/containerd
+
+go 1.26.0
+
+require $p $CONTAINERD_VERSION"
+	for b in $CONTAINERD_BINARIES; do
+		build "$b" "$dir" "$p/cmd/$b" "-s -w -X $p/version.Version=$CONTAINERD_VERSION -X $p/version.Revision=featureplug-components"
+	done
+	echo "$CONTAINERD_VERSION" >"$BIN_DIR/containerd.version"
+}
+
 total_start=$(date +%s)
 built=0
 for c in $COMPONENTS; do
-	if [[ -x "$BIN_DIR/$c" ]]; then
+	if is_built "$c"; then
 		log "$c: already in $BIN_DIR, skipping"
 		continue
 	fi
@@ -219,6 +270,7 @@ for c in $COMPONENTS; do
 	kube-controller-manager) build_kube_controller_manager ;;
 	kube-scheduler) build_kube_scheduler ;;
 	nfd-master) build_nfd_master ;;
+	containerd) build_containerd ;;
 	esac
 	built=$((built + 1))
 done

@@ -321,6 +321,7 @@ type inventory struct {
 	GPUs []struct {
 		Index      int    `json:"index"`
 		UUID       string `json:"uuid"`
+		MemoryMiB  uint64 `json:"memoryMiB"`
 		MIGEnabled bool   `json:"migEnabled"`
 		MIGDevices []struct {
 			UUID    string `json:"uuid"`

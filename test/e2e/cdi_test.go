@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -382,29 +381,4 @@ func cdiTestStrategy(t *testing.T, strategy string) {
 		cdiCheckAllocation(t, peer, specDir, driverRoot, "example.com/mig-4g.40gb", 1, newDevs)
 		cdiCheckAllocation(t, peer, specDir, driverRoot, "example.com/mig-1g.10gb", 3, newDevs)
 	})
-}
-
-// TestCDIRealContainerd says why no pod gets a device through CDI in the
-// real-kubelet test: its containerd must inject CDI devices (1.7 and
-// later, enable_cdi), and the fake driver root's device nodes are plain
-// files that no runtime can create devices from.
-func TestCDIRealContainerd(t *testing.T) {
-	containerd, err := exec.LookPath("containerd")
-	if err != nil {
-		t.Skip("containerd is not installed; CDI names are checked through the CDI library (TestCDISpec)")
-	}
-	out, err := exec.Command(containerd, "--version").Output()
-	if err != nil {
-		t.Skipf("containerd --version: %v", err)
-	}
-	m := regexp.MustCompile(`\s(\d+)\.(\d+)\.\d+`).FindSubmatch(out)
-	if m == nil {
-		t.Skipf("cannot read containerd's version from %q", out)
-	}
-	major, _ := strconv.Atoi(string(m[1]))
-	minor, _ := strconv.Atoi(string(m[2]))
-	if major < 1 || (major == 1 && minor < 7) {
-		t.Skipf("containerd %s.%s cannot inject CDI devices (1.7+ with enable_cdi needed); CDI names are checked through the CDI library instead (TestCDISpec)", m[1], m[2])
-	}
-	t.Skip("the real-kubelet test's pods never start (no CNI, no pause image) and the fake driver root's device nodes are plain files; CDI names are checked through the CDI library instead (TestCDISpec)")
 }

@@ -414,6 +414,22 @@ func draE2EEnsureServiceAccount(t *testing.T, api *harness.APIServer) {
 // driver, for claims that select by their own CEL expressions.
 const draE2EAnyClass = "any.gpu.featureplug.io"
 
+// draE2ECreateAnyClass creates draE2EAnyClass: every device of
+// featureplug's driver, for claims that select by their own CEL.
+func draE2ECreateAnyClass(t *testing.T, api *harness.APIServer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	c := &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: draE2EAnyClass},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf("device.driver == %q", draE2EDriver)}}}},
+	}
+	if _, err := api.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // draE2EAttr and draE2ECap are CEL for one of featureplug's attributes
 // and capacities.
 func draE2EAttr(name string) string {
@@ -498,14 +514,7 @@ func TestDRAEndToEnd(t *testing.T) {
 			t.Errorf("featureplug dra classes made no DeviceClass with extendedResourceName %s (classes %v)", r, ext)
 		}
 	}
-	anyClass := &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: draE2EAnyClass},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: fmt.Sprintf("device.driver == %q", draE2EDriver)}}}},
-	}
-	if _, err := api.Client.ResourceV1().DeviceClasses().Create(ctx, anyClass, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	draE2ECreateAnyClass(t, api)
 	harness.StartScheduler(t, api)
 	pods := api.Client.CoreV1().Pods(draE2ENamespace)
 

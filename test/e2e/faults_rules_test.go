@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -92,6 +93,21 @@ func rulesFaultWaitLog(t *testing.T, a *agent, want ...string) {
 		return true, ""
 	}); err != nil {
 		t.Fatalf("featureplug for node %s: %v\n%s", a.spec.Node, err, a.Tail(40))
+	}
+}
+
+// rulesFaultWaitAllocatable waits until the kubelet side can allocate n
+// devices of a resource. A resource withdrawn keeps its capacity, all
+// unhealthy, until the kubelet's grace period ends.
+func rulesFaultWaitAllocatable(t *testing.T, peer *harness.KubeletPeer, resource string, n int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := waitFor(ctx, func() (bool, string) {
+		_, al := peer.Capacity(resource)
+		return al == n, fmt.Sprintf("%s has %d allocatable, want %d", resource, al, n)
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -270,4 +286,181 @@ func TestFault15BadCommands(t *testing.T) {
 	a := startAgent(t, agentSpec{Node: "fault15", FakeNode: "dgx-h100", Rules: pools, Extra: []string{"--node-label", "pool=inference"}})
 	a.waitMetric(t, "featureplug_plugin_devices", func(v float64) bool { return v == 8 }, `resource="example.com/inference"`)
 	rulesFaultWaitLog(t, a, "flag --node-label is deprecated, use --node-labels")
+}
+
+// rulesFaultTop is a rules file's first two lines, before any rules.
+const rulesFaultTop = "apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\n"
+
+// rulesFaultGPU is a valid file: every whole GPU is nvidia.com/gpu.
+const rulesFaultGPU = rulesFaultHeader + "- name: gpu\n  devices: gpu\n  resource: nvidia.com/gpu\n"
+
+// TestFault04RulesFileEmptied: a rules file whose rules are missing, cut
+// short after "rules:" or [] (an emptied ConfigMap key, a truncated write)
+// is an error in check, explain and run alike; as a hot reload it is
+// refused through the invalid-rules path (ERROR line, metric, Warning
+// Event) and the last good plan keeps serving. A file that says
+// serveNothing: true passes check and, applied, serves nothing.
+func TestFault04RulesFileEmptied(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs featureplug")
+	}
+	api := harness.StartAPIServer(t)
+	c := &cluster{api: api}
+	node := c.node(t, "fault04-emptied", nil)
+	rulesFile := rulesFaultWrite(t, shortTempDir(t), "rules.yaml", rulesFaultGPU)
+	kubeletDir := shortTempDir(t)
+	peer := harness.StartKubeletPeer(t, kubeletDir)
+	a := startAgent(t, agentSpec{Node: node, FakeNode: "dgx-h100", Rules: rulesFile, KubeletDir: kubeletDir,
+		Kubeconfig: api.KubeconfigPath, Namespace: agentNamespace})
+	waitCapacities(t, peer, map[string]int64{"nvidia.com/gpu": 8})
+
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, content, want string
+	}{
+		{"rules missing", rulesFaultTop, ":1: rules: missing: the file would serve no device and withdraw every resource"},
+		{"cut short after rules:", rulesFaultTop + "rules:\n", ":3: rules: empty: the file would serve no device and withdraw every resource"},
+		{"rules: []", rulesFaultTop + "rules: []\n", ":3: rules: empty: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := rulesFaultWrite(t, dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml", tc.content)
+			for _, args := range [][]string{
+				{"rules", "check", file},
+				{"rules", "check", "--fake-node", "dgx-h100", file},
+				{"rules", "explain", "--rules", file, "--fake-node", "dgx-h100"},
+			} {
+				if _, stderr, code := rulesFaultCLI(t, args...); code != 1 || !strings.Contains(stderr, file+tc.want) {
+					t.Errorf("featureplug %v: exit %d, stderr:\n%s\nwant exit 1 and %q", args, code, stderr, file+tc.want)
+				}
+			}
+			invalid := a.metric(t, "featureplug_rule_reloads_total", `result="invalid"`)
+			writeFileAtomic(t, rulesFile, []byte(tc.content))
+			a.waitMetric(t, "featureplug_rule_reloads_total", func(v float64) bool { return v > invalid }, `result="invalid"`)
+			rulesFaultWaitLog(t, a, "rules rejected; keeping the last good plan (1 resources)", rulesFile+tc.want)
+			if got, _ := peer.Capacity("nvidia.com/gpu"); got != 8 {
+				t.Errorf("nvidia.com/gpu capacity %d after the refused reload, want the last plan's 8", got)
+			}
+			if code, body, err := a.get("/readyz"); err != nil || code != http.StatusOK {
+				t.Errorf("/readyz after the refused reload: %d %s %v", code, body, err)
+			}
+		})
+	}
+	if err := c.waitEvent(node, "InvalidRules"); err != nil {
+		t.Errorf("node %s: %v", node, err)
+	}
+	if !a.Running() {
+		t.Fatalf("featureplug exited: %v\n%s", a.ExitErr(), a.Tail(40))
+	}
+
+	// Serving nothing on purpose: check passes, run applies it.
+	nothing := rulesFaultTop + "serveNothing: true\n"
+	nothingFile := rulesFaultWrite(t, dir, "nothing.yaml", nothing)
+	if out, stderr, code := rulesFaultCLI(t, "rules", "check", "--fake-node", "dgx-h100", nothingFile); code != 0 || !strings.Contains(out, "serves nothing (serveNothing: true)") {
+		t.Errorf("rules check --fake-node dgx-h100 %s: exit %d\nstdout:\n%s\nstderr:\n%s", nothingFile, code, out, stderr)
+	}
+	applied := a.metric(t, "featureplug_rule_reloads_total", `result="applied"`)
+	writeFileAtomic(t, rulesFile, []byte(nothing))
+	a.waitMetric(t, "featureplug_rule_reloads_total", func(v float64) bool { return v > applied }, `result="applied"`)
+	rulesFaultWaitAllocatable(t, peer, "nvidia.com/gpu", 0)
+	writeFileAtomic(t, rulesFile, []byte(rulesFaultGPU))
+	waitCapacities(t, peer, map[string]int64{"nvidia.com/gpu": 8})
+}
+
+// TestFault08CheckAndRunAgree: for a template invalid on some catalog
+// device, `rules check` on the node (--fake-node) and run agree. Hot
+// reloads on a running dgx-h100 agent: where the template is valid on the
+// node's devices, check on the node passes and names exactly what run then
+// serves, while check without a node refuses the file for the catalog's
+// +me devices; where a MIG-only template claims none of the node's
+// devices, check on the node refuses the file with the reason a running
+// agent refuses it (the plan would withdraw every resource). On
+// a100-80gb-mixed, check on the node refuses the file for the +me device
+// with the message run reports as it leaves that device out.
+func TestFault08CheckAndRunAgree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs featureplug")
+	}
+	dir := t.TempDir()
+	renamed := rulesFaultHeader + `- name: mig
+  devices: mig
+  resource: 'nvidia.com/mig-{{ .profile }}'
+- name: h100
+  devices: gpu
+  resource: example.com/h100
+`
+	renamedFile := rulesFaultWrite(t, dir, "renamed.yaml", renamed)
+	if _, stderr, code := rulesFaultCLI(t, "rules", "check", renamedFile); code != 1 || !strings.Contains(stderr, `template gives "nvidia.com/mig-1g.10gb+me"`) {
+		t.Errorf("rules check %s: exit %d, stderr:\n%s", renamedFile, code, stderr)
+	}
+	out, stderr, code := rulesFaultCLI(t, "rules", "check", "--fake-node", "dgx-h100", renamedFile)
+	if code != 0 || !strings.Contains(out, "serves example.com/h100 (8)") {
+		t.Fatalf("rules check --fake-node dgx-h100 %s: exit %d\nstdout:\n%s\nstderr:\n%s", renamedFile, code, out, stderr)
+	}
+	explained, stderr, code := rulesFaultCLI(t, "rules", "explain", "--rules", renamedFile, "--fake-node", "dgx-h100", "-o", "json")
+	if code != 0 {
+		t.Fatalf("rules explain: exit %d, stderr:\n%s", code, stderr)
+	}
+	var plan struct {
+		Resources []struct {
+			Name    string
+			Devices []struct{ ID string }
+		}
+	}
+	if err := json.Unmarshal([]byte(explained), &plan); err != nil || len(plan.Resources) != 1 {
+		t.Fatalf("rules explain -o json: %v, %d resources\n%s", err, len(plan.Resources), explained)
+	}
+
+	rulesFile := rulesFaultWrite(t, shortTempDir(t), "rules.yaml", rulesFaultGPU)
+	kubeletDir := shortTempDir(t)
+	peer := harness.StartKubeletPeer(t, kubeletDir)
+	a := startAgent(t, agentSpec{Node: "fault08-agree", FakeNode: "dgx-h100", Rules: rulesFile, KubeletDir: kubeletDir})
+	waitCapacities(t, peer, map[string]int64{"nvidia.com/gpu": 8})
+	applied := a.metric(t, "featureplug_rule_reloads_total", `result="applied"`)
+	writeFileAtomic(t, rulesFile, []byte(renamed))
+	waitCapacities(t, peer, map[string]int64{"example.com/h100": 8})
+	rulesFaultWaitAllocatable(t, peer, "nvidia.com/gpu", 0)
+	a.waitMetric(t, "featureplug_rule_reloads_total", func(v float64) bool { return v > applied }, `result="applied"`)
+	got := peer.Devices("example.com/h100")
+	for _, d := range plan.Resources[0].Devices {
+		if got[d.ID] == nil {
+			t.Errorf("run does not serve %s, which check and explain on the node say it serves", d.ID)
+		}
+	}
+	if len(got) != len(plan.Resources[0].Devices) {
+		t.Errorf("run serves %d devices of example.com/h100, check and explain on the node %d", len(got), len(plan.Resources[0].Devices))
+	}
+
+	// A MIG-only template claims none of dgx-h100's devices: check on the
+	// node refuses the file with the reason a running agent refuses it.
+	migOnly := rulesFaultWrite(t, dir, "mig-only.yaml", rulesFaultHeader+"- name: mig\n  devices: mig\n  resource: 'nvidia.com/mig-{{ .profile }}'\n")
+	for _, args := range [][]string{{"rules", "check", migOnly}, {"rules", "check", "--fake-node", "dgx-h100", migOnly}} {
+		if _, stderr, code := rulesFaultCLI(t, args...); code != 1 {
+			t.Errorf("featureplug %v: exit %d, want 1; stderr:\n%s", args, code, stderr)
+		}
+	}
+	if _, stderr, _ := rulesFaultCLI(t, "rules", "check", "--fake-node", "dgx-h100", migOnly); !strings.Contains(stderr,
+		"on fake node dgx-h100: the plan serves no device: none of the node's 8 GPUs and MIG devices goes to a resource (no rule claims any of them)") {
+		t.Errorf("rules check --fake-node dgx-h100 %s: stderr:\n%s", migOnly, stderr)
+	}
+
+	// On a node with a +me device, check on the node refuses the file
+	// with the very message run logs as it leaves the device out.
+	migFile := rulesFaultWrite(t, dir, "mig.yaml", rulesFaultMIG)
+	_, stderr, code = rulesFaultCLI(t, "rules", "check", "--fake-node", "a100-80gb-mixed", migFile)
+	want := `rules[0] "mig": resource: template gives "nvidia.com/mig-1g.10gb+me" for GPU 0 MIG 3 (1g.10gb+me)`
+	if code != 1 || !strings.Contains(stderr, want) {
+		t.Fatalf("rules check --fake-node a100-80gb-mixed %s: exit %d, stderr:\n%s\nwant %q", migFile, code, stderr, want)
+	}
+	mixedDir := shortTempDir(t)
+	mixedPeer := harness.StartKubeletPeer(t, mixedDir)
+	mixed := startAgent(t, agentSpec{Node: "fault08-agree-mixed", FakeNode: "a100-80gb-mixed", Rules: migFile, KubeletDir: mixedDir})
+	waitCapacities(t, mixedPeer, map[string]int64{"nvidia.com/mig-3g.40gb": 1, "nvidia.com/gpu": 1})
+	var message string // check's whole message for the device
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.Contains(line, want) {
+			message = strings.TrimSpace(line)
+		}
+	}
+	// The log's text handler quotes the value, escaping its quotes.
+	rulesFaultWaitLog(t, mixed, "devices left out of the plan because of their rules", strings.ReplaceAll(message, `"`, `\"`))
 }

@@ -112,16 +112,6 @@ func TestMPSConfigAllocateShmAndComputeMode(t *testing.T) {
 	inv := discover(t, "dgx-h100")
 	gpu := func(i int) string { return inv.GPUs[i].UUID }
 
-	// The fake control binary of the mps package's tests stands in for
-	// nvidia-cuda-mps-control.
-	src, err := os.ReadFile(filepath.Join(build.root, "plugin", "mps", "testdata", "nvidia-cuda-mps-control"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	control := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
-	if err := os.WriteFile(control, src, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	mpsRoot := shortTempDir(t) // the daemons' sockets need a short path
 	rulesFile := filepath.Join(shortTempDir(t), "rules.yaml")
 	writeFileAtomic(t, rulesFile, []byte(mpscfgRules))
@@ -129,7 +119,7 @@ func TestMPSConfigAllocateShmAndComputeMode(t *testing.T) {
 	kubeletDir := shortTempDir(t)
 	peer := harness.StartKubeletPeer(t, kubeletDir)
 	a := startAgent(t, agentSpec{Node: "mpscfg", FakeNode: "dgx-h100", Rules: rulesFile, KubeletDir: kubeletDir,
-		Extra: []string{"--mps-root", mpsRoot, "--mps-control", control}})
+		Extra: append([]string{"--mps-root", mpsRoot}, mpsControlFlags(t)...)})
 	waitCapacities(t, peer, map[string]int64{"example.com/mps": 2 * 4, "nvidia.com/gpu": 6})
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -179,4 +169,21 @@ func TestMPSConfigAllocateShmAndComputeMode(t *testing.T) {
 	if _, body, err := a.get("/metrics"); err != nil || strings.Contains(body, fmt.Sprintf("featureplug_mps_compute_mode_exclusive{gpu=%q}", gpu(0))) {
 		t.Errorf("featureplug_mps_compute_mode_exclusive{gpu=%s} still exported after the MPS rule went (or /metrics failed: %v)", gpu(0), err)
 	}
+}
+
+// mpsControlFlags are the agent flags that give it a stand-in for
+// nvidia-cuda-mps-control, which a fake node has not: the fake control
+// binary of the mps package's tests (plugin/mps/testdata), copied to a
+// directory of t's.
+func mpsControlFlags(t *testing.T) []string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(build.root, "plugin", "mps", "testdata", "nvidia-cuda-mps-control"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
+	if err := os.WriteFile(control, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--mps-control", control}
 }

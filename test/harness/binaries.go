@@ -43,7 +43,8 @@ func (b Binaries) Path(name string) string { return filepath.Join(b.Dir, name) }
 
 // RequireBinaries returns the cache directory with the named components
 // (EtcdBinary, KubeAPIServerBinary, KubeletBinary, NFDMasterBinary,
-// KubeControllerManagerBinary), building the missing ones with
+// KubeControllerManagerBinary, KubeSchedulerBinary, ContainerdBinary, which
+// brings CtrBinary and ContainerdShimBinary), building the missing ones with
 // test/components/build.sh. When the test's deadline leaves too little time
 // for a cold build, the test fails with the command to run instead.
 func RequireBinaries(t testing.TB, names ...string) Binaries {
@@ -57,11 +58,9 @@ func RequireBinaries(t testing.TB, names ...string) Binaries {
 		t.Fatalf("%s --dir: %v", script, exitDetail(err))
 	}
 	bins := Binaries{Dir: strings.TrimSpace(string(out))}
-	var missing []string
-	for _, n := range names {
-		if fi, err := os.Stat(bins.Path(n)); err != nil || fi.Mode()&0o111 == 0 {
-			missing = append(missing, n)
-		}
+	missing, err := missingComponents(script, names)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(missing) == 0 {
 		return bins
@@ -92,6 +91,26 @@ func RequireBinaries(t testing.TB, names ...string) Binaries {
 	}
 	t.Logf("built components %v in %s:\n%s", missing, time.Since(start).Round(time.Second), log.String())
 	return bins
+}
+
+// missingComponents returns the components of names that build.sh --check
+// finds missing: a binary not there, or one of another pinned version
+// than the script's (containerd's is stamped next to it).
+func missingComponents(script string, names []string) ([]string, error) {
+	cmd := exec.Command("bash", script, "--check")
+	cmd.Env = append(os.Environ(), "FEATUREPLUG_COMPONENTS="+strings.Join(names, " "))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil {
+		return nil, nil
+	}
+	// "missing in <dir>: a b"
+	msg := strings.TrimSpace(stderr.String())
+	i := strings.LastIndex(msg, ": ")
+	if !strings.HasPrefix(msg, "missing in ") || i < 0 {
+		return nil, fmt.Errorf("%s --check: %s", script, msg)
+	}
+	return strings.Fields(msg[i+2:]), nil
 }
 
 // findBuildScript finds components/build.sh in the test module, walking up from

@@ -7,18 +7,25 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
 
 // controllerManagerControllers are the controllers StartControllerManager
-// runs: the garbage collector only. It needs no other controller: it deletes
-// a dependent once none of its owners exists, whoever deleted them. (The
-// name's older alias, "garbagecollector", works too.)
+// always runs: the garbage collector. It needs no other controller: it
+// deletes a dependent once none of its owners exists, whoever deleted them.
+// (The name's older alias, "garbagecollector", works too.)
 const controllerManagerControllers = "garbage-collector-controller"
 
-// ControllerManager is a running kube-controller-manager with only the
-// garbage collector enabled.
+// ResourceClaimController is the controller of ResourceClaims: it takes a
+// deleted pod out of its claims' reservedFor, deallocates claims no pod
+// uses any more and lifts their delete protection, and makes the claims of
+// ResourceClaimTemplates. StartControllerManager runs it when asked.
+const ResourceClaimController = "resourceclaim-controller"
+
+// ControllerManager is a running kube-controller-manager with the garbage
+// collector and the controllers asked for enabled.
 type ControllerManager struct {
 	*Process
 	// HealthURL is its /healthz endpoint on loopback (HTTPS, self-signed).
@@ -33,11 +40,12 @@ type ControllerManager struct {
 // CRDs installed by StartAPIServer included, and deletes the dependents whose
 // owners are gone (also those deleted before it started). The process is
 // stopped when the test ends. Only tests that need garbage collection start
-// it: it adds a few seconds to a test.
-func StartControllerManager(t testing.TB, api *APIServer) *ControllerManager {
+// it: it adds a few seconds to a test. controllers names more controllers to
+// run (e.g. ResourceClaimController).
+func StartControllerManager(t testing.TB, api *APIServer, controllers ...string) *ControllerManager {
 	t.Helper()
 	p, health := startControlPlaneComponent(t, api, KubeControllerManagerBinary,
-		"--controllers="+controllerManagerControllers,
+		"--controllers="+strings.Join(append([]string{controllerManagerControllers}, controllers...), ","),
 		"--use-service-account-credentials=false")
 	return &ControllerManager{Process: p, HealthURL: health}
 }

@@ -95,13 +95,28 @@ func run(ctx context.Context) error {
 	}
 	// A kubelet restart deletes the plugins' sockets and creates its own
 	// again: when ours is gone, serve on a new one and register again once
-	// kubelet.sock is back (a stat every millisecond; this floor need not
-	// be idle-cheap).
+	// kubelet.sock is back. The directory's changes wake the loop (as
+	// device plugins watch it), so that the floor is as idle as a plugin
+	// can be; a failed registration (kubelet.sock created, not yet
+	// listening) is retried a millisecond later.
+	changes, err := watchDir(ctx, *dir)
+	if err != nil {
+		return err
+	}
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(time.Millisecond):
+		case _, ok := <-changes:
+			if !ok && ctx.Err() == nil {
+				return fmt.Errorf("watching %s stopped", *dir)
+			}
+			if !ok {
+				return nil
+			}
+		case <-retry:
+			retry = nil
 		}
 		if exists(sock) || !exists(kubelet) {
 			continue
@@ -111,7 +126,8 @@ func run(ctx context.Context) error {
 		}
 		if err := register(); err != nil {
 			fmt.Fprintln(os.Stderr, "nullplugin: registering again:", err)
-			_ = os.Remove(sock) // try again on the next tick
+			_ = os.Remove(sock)
+			retry = time.After(time.Millisecond)
 		}
 	}
 }

@@ -132,10 +132,6 @@ type Config struct {
 	LivenessTimeout time.Duration
 	// MetricsAddr serves /metrics, /healthz and /readyz; "" disables it.
 	MetricsAddr string
-	// ReleaseStartupPages releases the binary's start-up pages once every
-	// resource is registered, so that only the pages in use stay resident
-	// (memory.go, memory_linux.go); off for agents run inside tests.
-	ReleaseStartupPages bool
 	// PublishHold is how long the first publish of features and labels
 	// waits, at most, for the kubelet to accept every device-plugin
 	// resource: register first (issue 17), so that building and writing

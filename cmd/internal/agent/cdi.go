@@ -243,8 +243,8 @@ func (s *cdiSink) Run(ctx context.Context) error {
 	return nil
 }
 
-// fakeRootGenerator lays out the fake node's driver root (device nodes as
-// plain files, libraries as stubs) and reads the edits from it, so the
+// fakeRootGenerator lays out the fake node's driver root (device nodes,
+// libraries as stubs) and reads the edits from it, so the
 // spec has the shape of a real one and follows the node's MIG layout.
 type fakeRootGenerator struct {
 	src *FakeSource

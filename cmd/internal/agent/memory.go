@@ -10,60 +10,30 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Bounds of the wait before the binary's start-up pages are released
-// (Config.ReleaseStartupPages).
+// Bounds of the wait for the end of start-up (Config.AfterStartup).
 const (
-	// releaseCheckPeriod is how often the wait asks whether every
+	// startupCheckPeriod is how often the wait asks whether every
 	// resource is registered.
-	releaseCheckPeriod = 50 * time.Millisecond
-	// releaseMaxWait bounds the wait: start-up is over by then whether or
+	startupCheckPeriod = 50 * time.Millisecond
+	// startupMaxWait bounds the wait: start-up is over by then whether or
 	// not a kubelet took the registrations (none may be running yet).
-	releaseMaxWait = 30 * time.Second
+	startupMaxWait = 30 * time.Second
 )
 
-// BinaryPages is what releasing the binary's start-up pages did: the
-// resident bytes of the binary's read-only mappings before and right
-// after, and how many mappings it advised.
-type BinaryPages struct {
-	Mappings      int
-	Before, After int64
-}
-
-// startAfterStartup waits until every resource is registered (or
-// releaseMaxWait has passed), then, when Config.ReleaseStartupPages asks
-// for it, releases the binary's start-up pages (logging the outcome), and
-// runs Config.AfterStartup last, so that the heap the release used is
-// collected with start-up's. Neither runs when the agent stops first.
+// startAfterStartup runs Config.AfterStartup once every resource is
+// registered (or startupMaxWait has passed); not when the agent stops
+// first.
 func (a *Agent) startAfterStartup(ctx context.Context, wg *sync.WaitGroup) {
-	if !a.cfg.ReleaseStartupPages && a.cfg.AfterStartup == nil {
+	if a.cfg.AfterStartup == nil {
 		return
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if !waitStartupOver(ctx, clock.RealClock{}, a.manager.Ready, releaseCheckPeriod, releaseMaxWait) {
-			return
-		}
-		if a.cfg.ReleaseStartupPages {
-			a.releaseBinaryPages()
-		}
-		if a.cfg.AfterStartup != nil {
+		if waitStartupOver(ctx, clock.RealClock{}, a.manager.Ready, startupCheckPeriod, startupMaxWait) {
 			a.cfg.AfterStartup()
 		}
 	}()
-}
-
-// releaseBinaryPages runs ReleaseBinaryPages and logs what it did.
-func (a *Agent) releaseBinaryPages() {
-	start := time.Now()
-	res, err := ReleaseBinaryPages()
-	if err != nil {
-		a.log.Warn("could not release the binary's start-up pages; it stays as resident as it was", "err", err)
-		return
-	}
-	a.log.Info("released the binary's start-up pages",
-		"mappings", res.Mappings, "residentBeforeKiB", res.Before>>10, "residentAfterKiB", res.After>>10,
-		"took", time.Since(start).Round(time.Microsecond).String())
 }
 
 // The collector's target (GOGC) while the agent starts and once it

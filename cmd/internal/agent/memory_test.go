@@ -10,8 +10,8 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-// TestWaitStartupOver: the release waits for every resource to be
-// registered, gives up waiting after the bound, and never runs once the
+// TestWaitStartupOver: the end of start-up waits for every resource to be
+// registered, gives up waiting after the bound, and never comes once the
 // agent stops.
 func TestWaitStartupOver(t *testing.T) {
 	const period, maxWait = 50 * time.Millisecond, 30 * time.Second

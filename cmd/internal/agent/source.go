@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -110,7 +109,7 @@ func OpenFake(nameOrPath string, opts ...FakeOption) (*FakeSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	if data, err := os.ReadFile(nameOrPath); err == nil {
+	if data, err := fakenode.ReadFile(nameOrPath); err == nil {
 		s.isFile, s.data = true, data
 	}
 	if err := initFake(node); err != nil {
@@ -136,7 +135,7 @@ func (s *FakeSource) Discover() (*discovery.Inventory, nvml.Interface, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.isFile {
-		data, err := os.ReadFile(s.nameOrPath)
+		data, err := fakenode.ReadFile(s.nameOrPath)
 		if err != nil {
 			return nil, nil, fmt.Errorf("re-reading fake node: %w", err)
 		}
