@@ -162,13 +162,18 @@ func (n *Node) vfioAddress(i int) string {
 //
 // The node remembers dir: SetVFIOState changes every tree it wrote.
 // Writing a tree again (a new node from a changed file) replaces what an
-// earlier one left there.
+// earlier one left there. A directory that holds a sys or dev/vfio that no
+// fake node wrote (a host's root, mounted by mistake) is refused, so that
+// nothing real is replaced.
 func (n *Node) WriteSysfs(dir string) error {
 	if dir == "" {
 		return errors.New("fake sysfs: empty directory")
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := claimSysfsDir(dir); err != nil {
+		return n.sysfsError(err)
+	}
 	for _, sub := range []string{"sys/devices/pci0000:00", "sys/bus/pci", "sys/kernel/iommu_groups", "dev/vfio"} {
 		if err := os.RemoveAll(filepath.Join(dir, filepath.FromSlash(sub))); err != nil {
 			return n.sysfsError(err)
@@ -202,6 +207,27 @@ func (n *Node) WriteSysfs(dir string) error {
 		}
 	}
 	return nil
+}
+
+// sysfsMarker marks a directory a fake node laid a sysfs tree out in.
+const sysfsMarker = ".featureplug-fake-sysfs"
+
+// claimSysfsDir makes dir a fake sysfs root: it refuses one that holds a
+// sys or dev/vfio not marked as a fake node's, and marks it.
+func claimSysfsDir(dir string) error {
+	marker := filepath.Join(dir, sysfsMarker)
+	if _, err := os.Stat(marker); err == nil {
+		return nil
+	}
+	for _, sub := range []string{"sys", "dev/vfio"} {
+		if _, err := os.Lstat(filepath.Join(dir, sub)); err == nil {
+			return fmt.Errorf("%s holds a %s no fake node laid out (is it a host's root?); give the fake node an empty directory", dir, sub)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(marker, []byte("a fake node's sysfs tree (featureplug); safe to remove\n"), 0o644)
 }
 
 func (n *Node) sysfsError(err error) error {

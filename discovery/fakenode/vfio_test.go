@@ -142,3 +142,31 @@ func TestVFIOSharedGroup(t *testing.T) {
 		t.Errorf("the L4 is not alone in group 32: %v", err)
 	}
 }
+
+// TestWriteSysfsRefusesARealRoot checks that a fake tree is never laid out
+// over a sys directory it did not write, such as a host's root.
+func TestWriteSysfsRefusesARealRoot(t *testing.T) {
+	node, err := fakenode.Named("l40s-vfio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	kept := filepath.Join(root, "sys/bus/pci/devices/0000:00:00.0")
+	if err := os.MkdirAll(kept, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err = node.WriteSysfs(root)
+	if err == nil || !strings.Contains(err.Error(), "holds a sys no fake node laid out") {
+		t.Errorf("WriteSysfs over a foreign sys: %v, want a refusal", err)
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("the foreign tree was touched: %v", err)
+	}
+	// A tree the node wrote is written again.
+	own := t.TempDir()
+	for range 2 {
+		if err := node.WriteSysfs(own); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
