@@ -111,6 +111,9 @@ func TestVFIOWithoutDriver(t *testing.T) {
 	if !strings.Contains(out, "nvidia.com/AD102GL_L40S  0000:47:00.0,0000:57:00.0,0000:67:00.0,0000:77:00.0  10DE:26B9") {
 		t.Errorf("the builtin rules do not name the VFIO GPUs as KubeVirt does:\n%s", out)
 	}
+	if strings.Contains(out, "warning:") {
+		t.Errorf("a plan of VFIO devices alone gets a warning (run would refuse it):\n%s", out)
+	}
 	out, err = execute(t, "discover", "-o", "labels", "--sysfs-root", root, "--nvml-library", noNVML)
 	if err != nil || out != "featureplug.io/vfio.count=4\nfeatureplug.io/vfio.product=NVIDIA-L40S\n" {
 		t.Errorf("labels without a driver: %v\n%q", err, out)

@@ -246,9 +246,11 @@ func (p *Plan) CheckServes() error {
 	if p == nil || p.ServeNothing || len(p.Decisions) == 0 {
 		return nil
 	}
-	for i := range p.Resources {
-		if len(p.Resources[i].Devices) > 0 {
-			return nil
+	for _, list := range [][]Resource{p.Resources, p.VFIO} {
+		for i := range list {
+			if len(list[i].Devices) > 0 {
+				return nil
+			}
 		}
 	}
 	why := "no rule claims any of them"

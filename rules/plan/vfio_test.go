@@ -52,3 +52,19 @@ func TestValidatePlanVFIO(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckServesVFIO checks that a plan serving VFIO devices alone (a node
+// whose GPUs are all on vfio-pci) serves something.
+func TestCheckServesVFIO(t *testing.T) {
+	p := &Plan{
+		Decisions: []Decision{{Device: "0000:47:00.0", Kind: DeviceVFIO, Resource: "nvidia.com/AD102GL_L40S"}},
+		VFIO:      []Resource{{Name: "nvidia.com/AD102GL_L40S", Devices: []Device{{ID: "0000:47:00.0", Kind: DeviceVFIO}}}},
+	}
+	if err := p.CheckServes(); err != nil {
+		t.Errorf("CheckServes of a VFIO plan: %v", err)
+	}
+	p.VFIO[0].Devices = nil
+	if err := p.CheckServes(); err == nil {
+		t.Error("CheckServes of a plan serving nothing: no error")
+	}
+}
