@@ -213,18 +213,19 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 	if np.err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to node %s:\n%w", node, np.err)}
 	}
-	for _, p := range np.plan.Problems {
-		fmt.Fprintf(errOut, "warning: left out: %s\n", p.String())
-	}
+	printProblems(errOut, "", np.plan.Problems)
 	if err := np.plan.CheckServes(); err != nil { // what the node's agent refuses on a reload
 		fmt.Fprintf(errOut, "warning: %v\n", err)
 	}
-	for _, res := range np.plan.Resources {
-		if needsDaemon(res.Sharing) {
-			note("%s needs the node's MPS control daemon: whether it is up cannot be known from the cluster", res.Name)
+	unavailable := nodeMPSUnavailable(np.plan, cn) // rules_check.go
+	if cn.feature.Annotations[agent.AnnotationMPSControl] == "" {
+		for _, res := range np.plan.Resources {
+			if needsDaemon(res.Sharing) {
+				note("%s needs the node's MPS control daemon: whether it is up cannot be known from the cluster", res.Name)
+			}
 		}
 	}
-	return printExplanation(out, errOut, format, cr.rs, np.plan, nil)
+	return printExplanation(out, errOut, format, cr.rs, np.plan, unavailable)
 }
 
 // recordedServed says what a NodeFeature's resources annotation records,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -25,14 +24,14 @@ func (f *explainNodeFlags) addFlags(fs *pflag.FlagSet) {
 func (f *explainNodeFlags) explain(cmd *cobra.Command, rulesFile, output string) error {
 	for _, local := range []string{"fake-node", "node-labels", "node-label", "mps-control", "driver-root", "nvml-library", "sysfs-root"} {
 		if fl := cmd.Flags().Lookup(local); fl != nil && fl.Changed {
-			return fmt.Errorf("--%s describes this machine: it cannot be used with --node", local)
+			return usageErrorf("--%s describes this machine: it cannot be used with --node", local)
 		}
 	}
 	r, err := f.reader()
 	if err != nil {
-		return err
+		return asClusterError(err)
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
-	return explainNode(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), r, &f.clusterFlags, f.node, rulesFile, output)
+	return asClusterError(explainNode(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), r, &f.clusterFlags, f.node, rulesFile, output))
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,12 +9,10 @@ import (
 	"github.com/featureplug/featureplug/discovery/fakenode"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/vfio")
-
 const kubevirtRules = "../../manifests/examples/rules/kubevirt.yaml"
 
 // checkVFIOGolden compares out with testdata/vfio/<name>.golden, or
-// rewrites it with -update.
+// rewrites it with -update (the package's flag, readme_test.go).
 func checkVFIOGolden(t *testing.T, name, out string) {
 	t.Helper()
 	path := filepath.Join("testdata", "vfio", name+".golden")
@@ -52,6 +49,7 @@ func TestVFIOGoldens(t *testing.T) {
 		{"discover", []string{"discover", "--fake-node", "l40s-vfio"}},
 		{"explain", []string{"rules", "explain", "--rules", kubevirtRules, "--fake-node", "l40s-vfio"}},
 		{"explain-vdi", []string{"rules", "explain", "--rules", kubevirtRules, "--fake-node", "l40s-vfio", "--node-labels", "example.com/pool=vdi"}},
+		{"explain-dra", []string{"rules", "explain", "--dra", "--rules", kubevirtRules, "--fake-node", "l40s-vfio"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out, err := execute(t, tt.args...)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/featureplug/featureplug/labeler"
+	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -17,6 +18,14 @@ import (
 const (
 	AnnotationRulesDigest = labeler.AnnotationRulesDigest
 	AnnotationResources   = labeler.AnnotationResources
+	// AnnotationMPSControl says whether the agent can start MPS control
+	// daemons: MPSControlFound, or why not ("nvidia-cuda-mps-control not
+	// found in PATH"), whatever the rules share, so that rules check and
+	// rules explain --node tell before MPS rules reach the node.
+	AnnotationMPSControl = "featureplug.io/mps-control"
+	// MPSControlFound is AnnotationMPSControl's value when the control
+	// program is there.
+	MPSControlFound = "found"
 )
 
 // ReasonResourcesChanged is the reason of the Normal Event the agent
@@ -80,7 +89,12 @@ func (a *Agent) planAnnotations(p *plan.Plan) map[string]string {
 	if p != a.plan {
 		digest = rulesDigestOf(a.ruleSet)
 	}
-	return map[string]string{AnnotationRulesDigest: digest, AnnotationResources: labeler.NewServed(p, a.cfg.DefaultServe).String()}
+	mpsControl := MPSControlFound
+	if _, err := mps.ResolveControlBinary(a.cfg.MPS.ControlBinary); err != nil {
+		mpsControl = err.Error()
+	}
+	return map[string]string{AnnotationRulesDigest: digest, AnnotationResources: labeler.NewServed(p, a.cfg.DefaultServe).String(),
+		AnnotationMPSControl: mpsControl}
 }
 
 // planServed records that p (made by a.ruleSet) now serves, and records a

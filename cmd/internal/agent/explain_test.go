@@ -16,6 +16,7 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -76,6 +77,7 @@ func TestResourcesChangedEvent(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
 		Plugin:             plugin.Options{KubeletDir: t.TempDir()},
+		MPS:                mps.Options{ControlBinary: "/nonexistent/nvidia-cuda-mps-control"},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
 		FileCheckInterval:  50 * time.Millisecond,
@@ -115,7 +117,8 @@ func TestResourcesChangedEvent(t *testing.T) {
 		if c == nil {
 			t.Fatal("nothing published")
 		}
-		want := map[string]string{AnnotationRulesDigest: digest, AnnotationResources: resources}
+		want := map[string]string{AnnotationRulesDigest: digest, AnnotationResources: resources,
+			AnnotationMPSControl: "/nonexistent/nvidia-cuda-mps-control not found"}
 		if !reflect.DeepEqual(c.Annotations, want) {
 			t.Errorf("annotations %v, want %v", c.Annotations, want)
 		}
