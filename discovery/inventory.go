@@ -1,5 +1,6 @@
 // Package discovery reads what a node's NVIDIA GPUs are through an injected
-// nvml.Interface (the real driver or the fake node) into an Inventory, turns
+// nvml.Interface (the real driver or the fake node), and those bound to
+// vfio-pci for virtual machines from sysfs, into an Inventory, turns
 // the Inventory into NFD features, and watches NVML for health events. What
 // a health event does to a device is decided here too: NVIDIA's XID catalog
 // (xidcatalog.go) gives the defaults, a HealthPolicy the overrides, and
@@ -36,6 +37,11 @@ type Inventory struct {
 	// (ERROR_GPU_IS_LOST) before discovery could read their UUID: they are
 	// not in GPUs and cannot be advertised.
 	LostGPUs []int `json:"lostGPUs,omitempty"`
+	// VFIO are the NVIDIA GPUs reserved for VFIO passthrough to virtual
+	// machines, read from sysfs (NVML does not see them; vfio.go),
+	// ordered by PCI address. On a node whose GPUs are all bound to
+	// vfio-pci NVML is not read: the driver and NVML versions are empty.
+	VFIO []VFIODevice `json:"vfio,omitempty"`
 }
 
 // GPU is one physical GPU.

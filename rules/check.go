@@ -458,6 +458,9 @@ func (rs *RuleSet) checkError(r *rule, msg string) *Error {
 // checkDescription names a device by what makes it differ for rules: its
 // product and, for a MIG device, its profile.
 func checkDescription(t *target) string {
+	if t.vfio != nil {
+		return t.vfio.Product + " on vfio-pci"
+	}
 	if t.mig != nil {
 		return fmt.Sprintf("%s MIG %s", t.gpu.Product, t.mig.Profile)
 	}

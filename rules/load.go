@@ -229,6 +229,7 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 		if !broken && r.tmpl == nil && r.resource != "" {
 			c.checkSharing(r, literal[r.resource])
 			c.checkServe(r, literal[r.resource]) // serve.go
+			c.checkKinds(r, literal[r.resource]) // vfio.go
 			literal[r.resource] = append(literal[r.resource], r)
 		}
 		rs.rules = append(rs.rules, r)
@@ -368,11 +369,11 @@ func (c *checker) compile(i int, s *ruleSpec) *rule {
 		c.ruleError(r, path{"name"}, "", "required: rules are named in plans and explanations")
 	}
 	switch s.Devices {
-	case plan.DeviceGPU, plan.DeviceMIG:
+	case plan.DeviceGPU, plan.DeviceMIG, plan.DeviceVFIO:
 	case "":
-		c.ruleError(r, path{"devices"}, "", `required: "gpu" or "mig"`)
+		c.ruleError(r, path{"devices"}, "", `required: "gpu", "mig" or "vfio"`)
 	default:
-		c.ruleError(r, path{"devices"}, strconv.Quote(string(s.Devices)), `must be "gpu" or "mig"`)
+		c.ruleError(r, path{"devices"}, strconv.Quote(string(s.Devices)), `must be "gpu", "mig" or "vfio"`)
 	}
 
 	r.nfd = nfdv1alpha1.Rule{Name: s.Name, MatchFeatures: s.MatchFeatures, MatchAny: s.MatchAny}
@@ -420,7 +421,7 @@ func (c *checker) compileResource(r *rule) {
 			c.ruleError(r, field, strconv.Quote(r.resource), "invalid template: "+err.Error())
 			return
 		}
-		if r.devices != plan.DeviceGPU && r.devices != plan.DeviceMIG {
+		if r.devices != plan.DeviceGPU && r.devices != plan.DeviceMIG && r.devices != plan.DeviceVFIO {
 			r.tmpl = t
 			return
 		}
@@ -441,8 +442,11 @@ func (c *checker) compileResource(r *rule) {
 
 // sampleDescription names the sample device of a kind in warnings.
 func sampleDescription(inv *discovery.Inventory, kind plan.DeviceKind) string {
-	if kind == plan.DeviceMIG {
+	switch kind {
+	case plan.DeviceMIG:
 		return inv.GPUs[1].Product + " MIG " + inv.GPUs[1].MIGDevices[0].Profile
+	case plan.DeviceVFIO:
+		return inv.VFIO[0].Product + " on vfio-pci"
 	}
 	return inv.GPUs[0].Product
 }

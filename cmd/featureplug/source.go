@@ -27,7 +27,7 @@ func (s *sourceFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&s.nvmlLibrary, "nvml-library", "",
 		"explicit path to libnvidia-ml.so.1 (wins over --driver-root)")
 	fs.StringVar(&s.sysfsRoot, "sysfs-root", "/",
-		"root under which /sys is read for NUMA nodes NVML does not report")
+		"root under which the host's /sys and /dev are read: GPUs bound to vfio-pci, NUMA nodes NVML does not report (e.g. /host); with --fake-node, where the fake node lays out its sysfs tree (default: a temporary directory)")
 }
 
 func bundledNodeList() string {
@@ -46,7 +46,11 @@ func bundledNodeList() string {
 // NVML library. The caller must Close it.
 func (s sourceFlags) open() (agent.GPUSource, error) {
 	if s.fakeNode != "" {
-		return agent.OpenFake(s.fakeNode)
+		var opts []agent.FakeOption
+		if s.sysfsRoot != "" && s.sysfsRoot != "/" {
+			opts = append(opts, agent.WithFakeSysfsRoot(s.sysfsRoot))
+		}
+		return agent.OpenFake(s.fakeNode, opts...)
 	}
 	return agent.OpenReal(discovery.NVMLOptions{LibraryPath: s.nvmlLibrary, DriverRoot: s.driverRoot}, s.sysfsRoot)
 }

@@ -42,6 +42,13 @@ type Node struct {
 	// computeModeDenied makes SetComputeMode answer NO_PERMISSION
 	// (computemode.go).
 	computeModeDenied bool
+
+	// vfio are the GPUs bound to vfio-pci, with their states and the
+	// sysfs trees written for them (vfio.go); the states and trees are
+	// guarded by mu.
+	vfio       []vfioLayout
+	vfioStates []VFIOState
+	sysfsDirs  []string
 }
 
 // MaxFileSize is the largest fake node file Load, ReadFile and Parse
@@ -230,7 +237,7 @@ type lane struct {
 
 // build creates the node's devices from a spec and its validated layout.
 func build(spec *Spec, l *layout) (*Node, error) {
-	n := &Node{spec: *spec}
+	n := &Node{spec: *spec, vfio: l.vfio, vfioStates: make([]VFIOState, len(l.vfio))}
 	n.lib = newLibrary(n, l)
 	for i, gl := range l.gpus {
 		g := &gpu{

@@ -40,6 +40,7 @@ type layout struct {
 	gpus          []gpuLayout
 	nvlink        []NVLinkSpec
 	pcie          []PCIeSpec
+	vfio          []vfioLayout // vfio.go
 }
 
 // gpuLayout is one GPU of a layout.
@@ -102,8 +103,11 @@ func validate(source string, spec *Spec, cat *catalog) (*layout, error) {
 	for i := range spec.GPUs {
 		l.gpus = append(l.gpus, v.gpuEntry(i, &spec.GPUs[i], len(l.gpus))...)
 	}
+	l.vfio = v.vfioEntries(spec.VFIO, len(l.gpus)) // vfio.go
 	if len(l.gpus) > MaxGPUs {
 		v.fail("gpus", "%d GPUs; a node may have at most %d", len(l.gpus), MaxGPUs)
+	} else if n := len(l.gpus) + len(l.vfio); n > MaxGPUs {
+		v.fail("vfio", "%d GPUs with those of gpus; a node may have at most %d", n, MaxGPUs)
 	}
 	if len(v.errs) == 0 {
 		v.nvlink(spec.NVLink, l.gpus)
@@ -120,20 +124,7 @@ func validate(source string, spec *Spec, cat *catalog) (*layout, error) {
 func (v *validator) gpuEntry(i int, g *GPUSpec, first int) []gpuLayout {
 	path := fmt.Sprintf("gpus[%d]", i)
 	before := len(v.errs)
-	count := 1
-	if g.Count != nil {
-		count = *g.Count
-		if count < 1 || count > MaxGPUs {
-			v.fail(path+".count", "%d is out of range (1-%d)", count, MaxGPUs)
-		}
-	}
-	numa := 0
-	if g.NUMA != nil {
-		numa = *g.NUMA
-		if numa < -1 || numa > maxNUMANode {
-			v.fail(path+".numa", "%d is out of range (-1 for none, 0-%d)", numa, maxNUMANode)
-		}
-	}
+	count, numa := v.countAndNUMA(path, g.Count, g.NUMA)
 	p, ok := v.cat.product(g.Product)
 	if g.Product == "" {
 		v.fail(path+".product", "is required (known products: %s)", strings.Join(v.cat.keys(), ", "))
@@ -164,6 +155,25 @@ func (v *validator) gpuEntry(i int, g *GPUSpec, first int) []gpuLayout {
 		out[k] = gpuLayout{product: p, numa: numa, migEnabled: g.MIGEnabled, gis: gis, health: health, extra: extra}
 	}
 	return out
+}
+
+// countAndNUMA validates an entry's count and numa keys and returns them
+// with their defaults (1 and node 0).
+func (v *validator) countAndNUMA(path string, countKey, numaKey *int) (count, numa int) {
+	count = 1
+	if countKey != nil {
+		count = *countKey
+		if count < 1 || count > MaxGPUs {
+			v.fail(path+".count", "%d is out of range (1-%d)", count, MaxGPUs)
+		}
+	}
+	if numaKey != nil {
+		numa = *numaKey
+		if numa < -1 || numa > maxNUMANode {
+			v.fail(path+".numa", "%d is out of range (-1 for none, 0-%d)", numa, maxNUMANode)
+		}
+	}
+	return count, numa
 }
 
 // health validates a GPU's failure evidence against what its product's
