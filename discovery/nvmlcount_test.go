@@ -133,12 +133,16 @@ func TestDiscoveryNVMLCallBudget(t *testing.T) {
 	for _, tt := range []struct {
 		node   string
 		budget int
+		opts   []discovery.Option
 	}{
-		{"dgx-h100", nvmlCallBudget},
-		{"hgx-b200", nvmlCallBudget},
+		{"dgx-h100", nvmlCallBudget, nil},
+		{"hgx-b200", nvmlCallBudget, nil},
 		// Bridged pairs: every active link's remote end is read once
 		// (110 calls for 4 GPUs).
-		{"h100-nvl", nvmlCallBudget},
+		{"h100-nvl", nvmlCallBudget, nil},
+		// Dynamic MIG's geometry: one profile-info call per profile enum
+		// and one placements call per profile the GPU has, per GPU.
+		{"dgx-h100", nvmlCallBudget + 8*(nvml.GPU_INSTANCE_PROFILE_COUNT+7), []discovery.Option{discovery.WithMIGGeometry()}},
 	} {
 		t.Run(tt.node, func(t *testing.T) {
 			node, err := fakenode.Named(tt.node)
@@ -146,7 +150,7 @@ func TestDiscoveryNVMLCallBudget(t *testing.T) {
 				t.Fatal(err)
 			}
 			lib, calls := countNVML(node.NVML())
-			inv, err := discovery.Discover(lib)
+			inv, err := discovery.Discover(lib, tt.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
