@@ -44,8 +44,6 @@ type reader struct {
 	devlib    device.Interface
 	sysfsRoot string
 	syms      symbols // newer NVML functions the library has (mode.go)
-	// migGeometry: read MIG geometry and placements (WithMIGGeometry).
-	migGeometry bool
 }
 
 // readError is an NVML failure while reading one fact of one device.
@@ -239,11 +237,6 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 		g.MIGEnabled = current == nvml.DEVICE_MIG_ENABLE
 		g.MIGModePending = pending != current
 	}
-	if g.MIGCapable && r.migGeometry {
-		if g.MIGGeometry, err = r.readMIGGeometry(h, g, dev); err != nil {
-			return err
-		}
-	}
 	if g.MIGEnabled {
 		if g.MIGDevices, err = r.migDevices(h, g); err != nil {
 			return err
@@ -308,11 +301,6 @@ func (r *reader) migDevices(parent nvml.Device, g *GPU) ([]MIGDevice, error) {
 		info := profile.GetInfo()
 		m.Profile = profile.String()
 		m.GISlices, m.CISlices = info.G, info.C
-		if r.migGeometry {
-			if err := readMIGPlacement(parent, &m, mdev); err != nil {
-				return nil, err
-			}
-		}
 		out = append(out, m)
 	}
 	return out, nil

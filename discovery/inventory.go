@@ -78,8 +78,8 @@ type GPU struct {
 	// (NVML's pending mode differs from the current one): until the GPU is
 	// idle, or on Ampere until it is reset.
 	MIGModePending bool `json:"migModePending,omitempty"`
-	// MIGGeometry is how the GPU can be partitioned, read only with
-	// WithMIGGeometry; nil otherwise and for GPUs that list no MIG profile.
+	// MIGGeometry is how the GPU can be partitioned, read only by
+	// ReadMIGGeometry; nil otherwise and for GPUs that list no MIG profile.
 	MIGGeometry *MIGGeometry `json:"migGeometry,omitempty"`
 	// MIGDevices are the GPU's MIG devices (only when MIGEnabled), ordered
 	// by GPU instance ID, then compute instance ID.
@@ -127,8 +127,8 @@ type MIGDevice struct {
 	// Engines counts the media and copy engines of the GPU instance.
 	Engines Engines `json:"engines"`
 	// GPUInstanceProfileID and Placement are the GPU instance's profile ID
-	// (GpuInstanceInfo.ProfileId) and placement, read only with
-	// WithMIGGeometry.
+	// (GpuInstanceInfo.ProfileId) and placement, read only by
+	// ReadMIGGeometry.
 	GPUInstanceProfileID *uint32             `json:"gpuInstanceProfileID,omitempty"`
 	Placement            *migplace.Placement `json:"placement,omitempty"`
 }

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 
+	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/featureplug/featureplug/discovery/migplace"
@@ -62,15 +64,39 @@ func (g *MIGGeometry) ProfileNames() []string {
 	return out
 }
 
-// WithMIGGeometry makes Discover also read each MIG-capable GPU's MIG
-// geometry (GPU.MIGGeometry) and each MIG device's GPU instance profile and
-// placement (MIGDevice.GPUInstanceProfileID and Placement): what dynamic
-// MIG plans from. It costs one NVML call per GPU instance profile enum
-// (GPU_INSTANCE_PROFILE_COUNT) and one per supported profile on every
-// MIG-capable GPU, and two per MIG device, which discovery otherwise does
-// not make.
-func WithMIGGeometry() Option {
-	return func(r *reader) { r.migGeometry = true }
+// ReadMIGGeometry adds to inv, read through lib, each MIG-capable GPU's
+// MIG geometry (GPU.MIGGeometry) and each MIG device's GPU instance
+// profile and placement (MIGDevice.GPUInstanceProfileID and Placement):
+// what dynamic MIG plans from. Discover does not read them, as they cost
+// one NVML call per GPU instance profile enum (GPU_INSTANCE_PROFILE_COUNT)
+// and one per supported profile on every MIG-capable GPU, and two per MIG
+// device; a caller whose rules partition GPUs on demand calls it after
+// Discover, with the same lib. A lost GPU is skipped.
+func ReadMIGGeometry(lib nvml.Interface, inv *Inventory) error {
+	r := &reader{lib: lib, devlib: device.New(lib)}
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		if !g.MIGCapable || g.Lost {
+			continue
+		}
+		dev := "GPU " + strconv.Itoa(g.Index)
+		h, ret := lib.DeviceGetHandleByUUID(g.UUID)
+		if err := check(ret, "device handle", dev); err != nil {
+			return err
+		}
+		geo, err := r.readMIGGeometry(h, g, dev)
+		if err != nil {
+			return err
+		}
+		g.MIGGeometry = geo
+		for j := range g.MIGDevices {
+			m := &g.MIGDevices[j]
+			if err := readMIGPlacement(h, m, fmt.Sprintf("%s MIG device %d", dev, m.Index)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // readMIGGeometry reads a MIG-capable GPU's profiles and placements. A GPU

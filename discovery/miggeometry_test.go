@@ -23,8 +23,21 @@ func oneGPU(t *testing.T, product, extra string) *fakenode.Node {
 	return n
 }
 
+// discoverGeometry discovers lib and reads its MIG geometry.
+func discoverGeometry(t *testing.T, lib nvml.Interface) *discovery.Inventory {
+	t.Helper()
+	inv, err := discovery.Discover(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := discovery.ReadMIGGeometry(lib, inv); err != nil {
+		t.Fatal(err)
+	}
+	return inv
+}
+
 // TestMIGGeometryMatchesCatalog discovers every MIG-capable catalog
-// product with WithMIGGeometry and checks that what NVML reports, with the
+// product with ReadMIGGeometry and checks that what NVML reports, with the
 // names go-nvlib derives, is migplace's table: the one table the fake
 // node answers from, read back through the path a real GPU takes. An
 // Ampere GPU with MIG disabled lists no profile, so it has no geometry.
@@ -40,10 +53,7 @@ func TestMIGGeometryMatchesCatalog(t *testing.T) {
 			}
 			reset := migplace.ModeChangeNeedsReset(want.ComputeMajor)
 			for _, extra := range []string{"mig: []", ""} {
-				inv, err := discovery.Discover(oneGPU(t, p.Key, extra).NVML(), discovery.WithMIGGeometry())
-				if err != nil {
-					t.Fatal(err)
-				}
+				inv := discoverGeometry(t, oneGPU(t, p.Key, extra).NVML())
 				geo := inv.GPUs[0].MIGGeometry
 				if extra == "" && reset {
 					if geo != nil {
@@ -65,7 +75,7 @@ func TestMIGGeometryMatchesCatalog(t *testing.T) {
 	}
 }
 
-// TestMIGGeometryOnlyWhenAsked checks that a plain discovery reads no
+// TestMIGGeometryOnlyWhenAsked checks that Discover alone reads no
 // geometry and no placements (it makes none of those NVML calls).
 func TestMIGGeometryOnlyWhenAsked(t *testing.T) {
 	inv, err := discovery.Discover(oneGPU(t, "H200-141GB", "mig: [{profile: 3g.71gb}]").NVML())
@@ -74,7 +84,7 @@ func TestMIGGeometryOnlyWhenAsked(t *testing.T) {
 	}
 	g := inv.GPUs[0]
 	if g.MIGGeometry != nil || g.MIGDevices[0].Placement != nil || g.MIGDevices[0].GPUInstanceProfileID != nil {
-		t.Errorf("geometry read without WithMIGGeometry: %+v", g)
+		t.Errorf("geometry read without ReadMIGGeometry: %+v", g)
 	}
 }
 
@@ -114,11 +124,7 @@ func TestRediscoveryAfterCreate(t *testing.T) {
 		gis, cis = append(gis, gi), append(cis, ci)
 	}
 	discover := func() *discovery.GPU {
-		inv, err := discovery.Discover(lib, discovery.WithMIGGeometry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &inv.GPUs[0]
+		return &discoverGeometry(t, lib).GPUs[0]
 	}
 	first := discover()
 	got := map[string]int{}

@@ -61,6 +61,8 @@ func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error 
 	for _, d := range p.Decisions {
 		fmt.Fprintf(&b, "%s  %s\n", d.Description, d.Device)
 		switch {
+		case d.Dynamic:
+			explainDynamicDecision(&b, d) // migdynamic_explain.go
 		case d.Problem != "":
 			fmt.Fprintf(&b, "  resource  none: left out because of its rule\n  rule      %s\n  problem   %s\n", d.Rule, d.Problem)
 		case d.Resource != "":
@@ -136,6 +138,9 @@ func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error 
 		for i, d := range r.Devices {
 			idx[i] = d.Index
 		}
+		if r.Dynamic {
+			idx = append(idx, dynamicDevices(p, r.Name)) // migdynamic_explain.go
+		}
 		if opts.DRA == nil {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, strings.Join(idx, ","), r.Sharing.String())
 			continue
@@ -147,6 +152,9 @@ func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error 
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, strings.Join(idx, ","), r.Sharing.String(), serve)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := writeDynamicMIG(w, p); err != nil { // migdynamic_explain.go
 		return err
 	}
 	if opts.DRA == nil {

@@ -250,3 +250,62 @@ func ParsePlacement(s string) (Placement, error) {
 	}
 	return Placement{Start: a, Size: b}, nil
 }
+
+// Counters is what a MIG placement takes from its GPU, or what a GPU
+// holds: the partitionable-device counters of dynamic MIG.
+type Counters struct {
+	// MemorySlices has bit i set for memory slice i.
+	MemorySlices uint32 `json:"memorySlices"`
+	// ComputeSlices counts compute slices.
+	ComputeSlices int `json:"computeSlices"`
+	// Engines counts the engines.
+	Engines Engines `json:"engines"`
+}
+
+// Counters returns what an instance of the profile at pl takes.
+func (p *Profile) Counters(pl Placement) Counters {
+	return Counters{MemorySlices: pl.Mask(), ComputeSlices: p.ComputeSlices, Engines: p.Engines}
+}
+
+// Capacity is what a GPU with the given profiles holds: all its memory
+// slices, the compute slices of its largest profile, and per engine kind
+// the most any profile holds (the whole-GPU profile holds them all).
+func Capacity(profiles []Profile) Counters {
+	var c Counters
+	for i := range profiles {
+		p := &profiles[i]
+		for _, pl := range p.Placements {
+			c.MemorySlices |= pl.Mask()
+		}
+		c.ComputeSlices = max(c.ComputeSlices, p.ComputeSlices)
+		c.Engines = Engines{
+			Copy: max(c.Engines.Copy, p.Engines.Copy), Decoder: max(c.Engines.Decoder, p.Engines.Decoder),
+			Encoder: max(c.Engines.Encoder, p.Engines.Encoder), JPEG: max(c.Engines.JPEG, p.Engines.JPEG),
+			OFA: max(c.Engines.OFA, p.Engines.OFA),
+		}
+	}
+	return c
+}
+
+// Target is one MIG device to create: a GPU instance of a profile at a
+// placement of a GPU, and in it the compute instance that fills it.
+type Target struct {
+	// GPUUUID is the physical GPU.
+	GPUUUID string `json:"gpuUUID"`
+	// Profile is the profile name, for messages.
+	Profile string `json:"profile"`
+	// ProfileEnum is the GPU_INSTANCE_PROFILE_* value and ProfileID the
+	// GpuInstanceProfileInfo.Id of the GPU instance profile.
+	ProfileEnum int    `json:"profileEnum"`
+	ProfileID   uint32 `json:"profileID"`
+	// Placement is where the GPU instance goes.
+	Placement Placement `json:"placement"`
+	// ComputeInstanceProfile is the COMPUTE_INSTANCE_PROFILE_* value of
+	// the compute instance.
+	ComputeInstanceProfile int `json:"computeInstanceProfile"`
+}
+
+// String names the target for messages: "3g.40gb {4}:4 on GPU-...".
+func (t Target) String() string {
+	return t.Profile + " " + t.Placement.String() + " on " + t.GPUUUID
+}

@@ -92,7 +92,14 @@ func discover(node *fakenode.Node) (*discovery.Inventory, error) {
 		return nil, fmt.Errorf("initializing fake NVML: %s", ret.Error())
 	}
 	defer func() { _ = lib.Shutdown() }()
-	return discovery.Discover(lib)
+	inv, err := discovery.Discover(lib)
+	if err != nil {
+		return nil, err
+	}
+	if err := discovery.ReadMIGGeometry(lib, inv); err != nil {
+		return nil, err
+	}
+	return inv, nil
 }
 
 // productSpecs returns the synthetic fake nodes of one product: a whole GPU
