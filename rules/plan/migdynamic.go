@@ -111,10 +111,16 @@ func (g *DynamicGPU) Target(id uint32, start int) (migplace.Target, error) {
 	if !ok {
 		return migplace.Target{}, fmt.Errorf("GPU %d (%s): MIG profile %s has no placement at memory slice %d (it has %s)", g.Index, g.UUID, p.Name, start, p.StartsString())
 	}
+	return p.Target(g.UUID, pl), nil
+}
+
+// Target is the MIG device an instance of the profile at pl on the GPU
+// with the given UUID is.
+func (p *DynamicProfile) Target(gpuUUID string, pl migplace.Placement) migplace.Target {
 	return migplace.Target{
-		GPUUUID: g.UUID, Profile: p.Name, ProfileEnum: p.Enum, ProfileID: p.ID,
+		GPUUUID: gpuUUID, Profile: p.Name, ProfileEnum: p.Enum, ProfileID: p.ID,
 		Placement: pl, ComputeInstanceProfile: p.ComputeInstanceProfile,
-	}, nil
+	}
 }
 
 // Dynamic returns the plan's DynamicGPU with the given UUID.
