@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"io"
+	"math/bits"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -123,8 +124,8 @@ func migModeText(g *plan.DynamicGPU) string {
 // slices, 7 compute slices, 1 OFA").
 func countersText(c migplace.Counters, scarce []migplace.EngineKind) string {
 	parts := []string{
-		fmt.Sprintf("%d memory slices", migplace.MemorySlices-migplace.FreeSlices(c.MemorySlices)),
-		fmt.Sprintf("%d compute slices", c.ComputeSlices),
+		plural(bits.OnesCount32(c.MemorySlices), "memory slice"),
+		plural(c.ComputeSlices, "compute slice"),
 	}
 	for _, k := range scarce {
 		if n := c.Engines.Count(k); n > 0 {

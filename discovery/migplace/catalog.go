@@ -2,6 +2,7 @@ package migplace
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -223,15 +224,7 @@ func Products() []Product {
 			}.profiles(),
 		},
 	}
-	slices.SortFunc(out, func(a, b Product) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Product) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 

@@ -10,9 +10,6 @@
 package migplace
 
 import (
-	"fmt"
-	"math/bits"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -54,15 +51,6 @@ func (p Placement) Mask() uint32 {
 
 // Overlaps reports whether two placements share a memory slice.
 func (p Placement) Overlaps(q Placement) bool { return p.Mask()&q.Mask() != 0 }
-
-// Slices lists the memory slices the placement occupies.
-func (p Placement) Slices() []int {
-	out := make([]int, 0, p.Size)
-	for i := p.Start; i < p.Start+p.Size; i++ {
-		out = append(out, i)
-	}
-	return out
-}
 
 // String formats the placement as `nvidia-smi mig -lgipp` writes one:
 // "{4}:4" (start 4, four memory slices).
@@ -118,9 +106,6 @@ func (p *Profile) MemorySliceCount() int {
 	return p.Placements[0].Size
 }
 
-// HasPlacement reports whether pl is one of the profile's placements.
-func (p *Profile) HasPlacement(pl Placement) bool { return slices.Contains(p.Placements, pl) }
-
 // PlacementAt returns the profile's placement starting at memory slice
 // start.
 func (p *Profile) PlacementAt(start int) (Placement, bool) {
@@ -131,11 +116,6 @@ func (p *Profile) PlacementAt(start int) (Placement, bool) {
 	}
 	return Placement{}, false
 }
-
-// MediaExtension reports whether the profile is a "+me" profile: a small
-// instance that takes the media engines (JPEG, OFA) otherwise only the
-// whole-GPU profile holds, so one GPU holds at most one.
-func (p *Profile) MediaExtension() bool { return strings.HasSuffix(p.Name, "+me") }
 
 // StartsString lists the starts as `nvidia-smi mig -lgipp` does:
 // "{0,2,4}:2".
@@ -220,36 +200,6 @@ func ComputeInstanceSizes(g int) []int {
 // Considerations"); from Hopper (9.0) on the mode changes without a reset
 // once the GPU is idle.
 func ModeChangeNeedsReset(computeMajor int) bool { return computeMajor < 9 }
-
-// Occupied returns the memory slices the placements occupy, as a mask
-// (bit i for slice i).
-func Occupied(pls ...Placement) uint32 {
-	var m uint32
-	for _, p := range pls {
-		m |= p.Mask()
-	}
-	return m
-}
-
-// FreeSlices counts the memory slices of a GPU not in the mask.
-func FreeSlices(occupied uint32) int {
-	return MemorySlices - bits.OnesCount32(occupied&(1<<MemorySlices-1))
-}
-
-// ParsePlacement parses "{start}:size" or "start:size".
-func ParsePlacement(s string) (Placement, error) {
-	t := strings.TrimSpace(s)
-	start, size, ok := strings.Cut(strings.NewReplacer("{", "", "}", "").Replace(t), ":")
-	if !ok {
-		return Placement{}, fmt.Errorf("placement %q: want {start}:size, e.g. {4}:4", s)
-	}
-	a, err1 := strconv.Atoi(start)
-	b, err2 := strconv.Atoi(size)
-	if err1 != nil || err2 != nil || a < 0 || b <= 0 || a+b > MemorySlices {
-		return Placement{}, fmt.Errorf("placement %q: want {start}:size within %d memory slices, e.g. {4}:4", s, MemorySlices)
-	}
-	return Placement{Start: a, Size: b}, nil
-}
 
 // Counters is what a MIG placement takes from its GPU, or what a GPU
 // holds: the partitionable-device counters of dynamic MIG.
