@@ -19,8 +19,12 @@ ENV CGO_ENABLED=1 \
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# The build context has no .git (.dockerignore), so the commit comes as
+# an argument (make image passes it), with the build date.
 ARG VERSION=dev
-RUN go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/featureplug ./cmd/featureplug
+ARG COMMIT=
+ARG BUILD_DATE=
+RUN go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.buildDate=${BUILD_DATE}" -o /out/featureplug ./cmd/featureplug
 
 FROM gcr.io/distroless/base-debian12
 # Root (the image's default user): the kubelet's device-plugin directory

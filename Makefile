@@ -10,6 +10,11 @@ GO       ?= go
 BIN_DIR  ?= bin
 BIN      := $(BIN_DIR)/featureplug
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The commit and build date `featureplug version` prints when the Go build
+# info has no VCS stamp (a git worktree, the image's source without .git).
+COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
 # go-nvml needs cgo. Keep one CGO_CFLAGS value everywhere: a different value
 # rebuilds go-nvml from scratch.
@@ -18,12 +23,12 @@ export CGO_CFLAGS  := -O2 -g -Wno-deprecated-declarations
 
 GOLANGCI_LINT_VERSION ?= v2.15.0
 
-.PHONY: all build test unit e2e faults components lint demo demo-kubelet bench bench-go bench-process bench-profile fuzz clean image scale
+.PHONY: all build test unit e2e faults components lint demo demo-kubelet bench bench-go bench-process bench-profile fuzz clean image image-push scale
 
 all: build
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/featureplug
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/featureplug
 
 ## test: everything CI runs.
 test: unit e2e
@@ -32,7 +37,7 @@ test: unit e2e
 unit:
 	$(GO) test -race -count=1 ./...
 
-## components: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, nfd-master, kubelet and containerd into the cache.
+## components: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, nfd-master, kubelet, containerd and kubectl into the cache.
 components:
 	bash test/components/build.sh
 
@@ -111,7 +116,7 @@ bench-go:
 ## where there is no memory controller to use).
 bench-process:
 	mkdir -p $(BENCH_OUT)
-	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BENCH_OUT)/featureplug ./cmd/featureplug
+	$(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BENCH_OUT)/featureplug ./cmd/featureplug
 	$(GO) build -o $(BIN_DIR)/featureplug-bench ./cmd/featureplug-bench
 	$(GO) build -trimpath -ldflags "-s -w" -o $(BENCH_OUT)/nullplugin ./cmd/featureplug-bench/nullplugin
 	for node in $(BENCH_NODES); do \
@@ -142,9 +147,12 @@ bench-profile: build
 		rm -rf $$dir; \
 	else echo "perf not found: skipping the whole-process profile"; fi
 
-## image: the container image (Dockerfile) with docker or podman, tagged as
-## the manifests reference it: ghcr.io/featureplug/featureplug:<the chart's
-## appVersion>. Skipped, with a message, when neither is installed.
+## image: the container image (Dockerfile) with docker or podman, tagged
+## $(IMAGE): by default as the manifests reference it,
+## ghcr.io/featureplug/featureplug:<the chart's appVersion>, which is not
+## published; give your registry's name, IMAGE=registry.example.com/featureplug:dev,
+## and push it with `make image-push` (docs/deployment.md). Skipped, with a
+## message, when neither tool is installed.
 IMAGE_REPO ?= ghcr.io/featureplug/featureplug
 IMAGE_TAG  ?= $(shell sed -n 's/^appVersion: *//p' manifests/helm/featureplug/Chart.yaml)
 IMAGE      ?= $(IMAGE_REPO):$(IMAGE_TAG)
@@ -154,7 +162,13 @@ image:
 	@if [ -z "$(CONTAINER_TOOL)" ]; then echo "image: neither docker nor podman found; skipping $(IMAGE)"; exit 0; fi; \
 	if ! $(CONTAINER_TOOL) info >/dev/null 2>&1; then echo "image: $(CONTAINER_TOOL) cannot reach its engine (daemon not running?); skipping $(IMAGE)"; exit 0; fi; \
 	echo "$(CONTAINER_TOOL) build -t $(IMAGE)"; \
-	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg BUILD_DATE=$(BUILD_DATE) -t $(IMAGE) .
+
+## image-push: push $(IMAGE), built by `make image`, to its registry (log in
+## first: docker login / podman login).
+image-push:
+	@if [ -z "$(CONTAINER_TOOL)" ]; then echo "image-push: neither docker nor podman found"; exit 1; fi
+	$(CONTAINER_TOOL) push $(IMAGE)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./rules/

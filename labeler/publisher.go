@@ -24,7 +24,7 @@ type Content struct {
 	// Labels are the node labels, keyed by label key.
 	Labels map[string]string
 	// Annotations go on the NodeFeature object (the rules digest and the
-	// served resources, see cmd/internal/agent/explain.go); other
+	// served resources: served.go); other
 	// publishers ignore them.
 	Annotations map[string]string
 }

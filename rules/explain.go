@@ -33,14 +33,25 @@ type ExplainOptions struct {
 	// DRA holds the DeviceClass of each resource, by resource name. When
 	// it is nil the explanation has no DRA view.
 	DRA map[string]DRAClass
+	// DefaultServe is the agent's --serve, the kubelet API of resources
+	// whose rules do not say (default ServeDevicePlugin).
+	DefaultServe plan.Serve
 }
 
-// serveText says which kubelet API serves a resource the rules gave.
-func serveText(s plan.Serve) string {
+// serveText says which kubelet API serves a resource the rules gave, and
+// whether the rule or the agent's --serve chose it.
+func (o ExplainOptions) serveText(s plan.Serve) string {
 	if s == "" {
-		return "the agent's --serve"
+		return string(o.defaultServe()) + " (the agent's --serve)"
 	}
-	return string(s)
+	return string(s) + " (the rule's serve)"
+}
+
+func (o ExplainOptions) defaultServe() plan.Serve {
+	if o.DefaultServe == "" {
+		return plan.ServeDevicePlugin
+	}
+	return o.DefaultServe
 }
 
 // WriteExplanation writes a plan for people: for every device, the resource
@@ -76,7 +87,7 @@ func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error 
 				if c := opts.DRA[d.Resource]; c.Name != "" {
 					class = c.Name
 				}
-				fmt.Fprintf(&b, "  serve     %s (DRA class %s)\n", serveText(d.Serve), class)
+				fmt.Fprintf(&b, "  serve     %s, DRA class %s\n", opts.serveText(d.Serve), class)
 			}
 		case d.Kind == plan.DeviceGPU && allMIGEnabled(d.Skipped):
 			b.WriteString("  resource  none: MIG is enabled, so only its MIG devices can be claimed\n")
@@ -145,11 +156,7 @@ func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error 
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, strings.Join(idx, ","), r.Sharing.String())
 			continue
 		}
-		serve := string(r.Serve)
-		if serve == "" {
-			serve = "--serve"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, strings.Join(idx, ","), r.Sharing.String(), serve)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, strings.Join(idx, ","), r.Sharing.String(), r.ServedBy(opts.defaultServe()))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

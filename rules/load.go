@@ -42,6 +42,8 @@ type RuleSet struct {
 	rules    []*rule
 	health   []*healthEntry // the health section (health.go)
 	warnings []string
+	// settings are the agent flags an NVIDIA config sets (nvidia.go).
+	settings []AgentSetting
 	// serveNothing is the file's serveNothing: it means to serve no
 	// device (and has no rules).
 	serveNothing bool
@@ -435,7 +437,7 @@ func (c *checker) compileResource(r *rule) {
 		}
 		r.tmpl = t
 		r.tmplInputs, r.tmplMemoize = templateInputs(t, attrs)
-		if err := plan.ValidateResourceName(name); err != nil {
+		if err := templateNameError(name); err != nil {
 			c.ruleWarning(r, field, strconv.Quote(r.resource),
 				fmt.Sprintf("on a sample %s device (%s) the template gives an invalid name: %v", kind, sampleDescription(c.sample, kind), err))
 		}

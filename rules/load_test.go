@@ -197,9 +197,11 @@ func TestParseWarnings(t *testing.T) {
 		want string
 	}{
 		{"unknown feature", "  matchFeatures:\n  - feature: nvidia.gpus\n    matchExpressions: {product: {op: Exists}}\n",
-			`r.yaml:8: rules[0] "a": matchFeatures[0].feature: featureplug never publishes this feature`},
-		{"unknown attribute", "  matchFeatures:\n  - feature: nvidia.gpu\n    matchExpressions: {model: {op: Exists}}\n",
-			`r.yaml:9: rules[0] "a": matchFeatures[0].matchExpressions.model: featureplug never publishes "model" in nvidia.gpu`},
+			`r.yaml:8: rules[0] "a": matchFeatures[0].feature: featureplug never publishes this feature, so the term never matches; did you mean "nvidia.gpu"?`},
+		{"unknown attribute", "  matchFeatures:\n  - feature: nvidia.gpu\n    matchExpressions: {temperature: {op: Exists}}\n",
+			`r.yaml:9: rules[0] "a": matchFeatures[0].matchExpressions.temperature: featureplug never publishes "temperature" in nvidia.gpu, so the expression never matches (it publishes`},
+		{"misspelt attribute", "  matchFeatures:\n  - feature: nvidia.gpu\n    matchExpressions: {productName: {op: Exists}}\n",
+			`matchExpressions.productName: featureplug never publishes "productName" in nvidia.gpu, so the expression never matches; did you mean "product"?`},
 		{"mig feature on a gpu rule", "  matchFeatures:\n  - feature: nvidia.mig\n    matchExpressions: {profile: {op: Exists}}\n",
 			`matchFeatures[0].feature: a devices: gpu rule sees no nvidia.mig instance`},
 		{"value op on a flag", "  matchFeatures:\n  - feature: nvidia.capabilities\n    matchExpressions: {mig: {op: In, value: [\"true\"]}}\n",

@@ -47,7 +47,8 @@ func (c *checker) checkMatcher(r *rule, at path, m nfdv1alpha1.FeatureMatcher) [
 			c.ruleError(r, tp.with("feature"), "", "required, e.g. "+discovery.FeatureGPU)
 		case !known:
 			c.ruleWarning(r, tp.with("feature"), strconv.Quote(term.Feature),
-				"featureplug never publishes this feature, so the term never matches (it publishes "+strings.Join(c.schema.names(), ", ")+")")
+				"featureplug never publishes this feature, so the term never matches"+didYouMean(feature, c.schema.names())+
+					" (it publishes "+strings.Join(c.schema.names(), ", ")+")")
 		case feature == discovery.FeatureMIG && r.devices == plan.DeviceGPU:
 			c.ruleWarning(r, tp.with("feature"), strconv.Quote(term.Feature),
 				"a devices: gpu rule sees no nvidia.mig instance, so the term never matches")
@@ -114,7 +115,9 @@ func (c *checker) checkExpression(r *rule, at path, feature string, fs featureSc
 	}
 	attr, has := fs.attrs[key]
 	if !has {
-		c.ruleWarning(r, at, "", fmt.Sprintf("featureplug never publishes %q in %s (it publishes %s)", key, feature, strings.Join(slices.Sorted(maps.Keys(fs.attrs)), ", ")))
+		attrs := slices.Sorted(maps.Keys(fs.attrs))
+		c.ruleWarning(r, at, "", fmt.Sprintf("featureplug never publishes %q in %s, so the expression never matches%s (it publishes %s)",
+			key, feature, didYouMean(key, attrs), strings.Join(attrs, ", ")))
 		return
 	}
 	switch fs.kind {

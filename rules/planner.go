@@ -256,7 +256,7 @@ func (pl *planner) render(r *rule, t *target) rendered {
 		if err != nil {
 			return rendered{err: err}
 		}
-		return rendered{name: name, invalid: plan.ValidateResourceName(name)}
+		return rendered{name: name, invalid: templateNameError(name)}
 	}
 	if !r.tmplMemoize {
 		return run()

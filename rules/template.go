@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/template"
 	"text/template/parse"
+
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // maxTemplateOutput bounds what a resource template may produce: a valid
@@ -213,4 +215,16 @@ func (w *inputWalker) command(c *parse.CommandNode) {
 			w.ok = false
 		}
 	}
+}
+
+// templateNameError validates a resource name a template gave. A name
+// with the '+' of a MIG profile (1g.10gb+me) gets a short error that says
+// how to fix the template, instead of Kubernetes' name rules.
+func templateNameError(name string) error {
+	err := plan.ValidateResourceName(name)
+	if err == nil || !strings.Contains(name, "+") {
+		return err
+	}
+	return fmt.Errorf(`%q is not an extended resource name: it may not contain '+', which MIG profiles with media extensions have (1g.10gb+me): `+
+		`replace it in the template, e.g. {{ .profile | replace "+" "." }}`, name)
 }

@@ -28,6 +28,7 @@ type discoverOutput struct {
 func newDiscoverCommand() *cobra.Command {
 	var src sourceFlags
 	var output, rulesName string
+	var nodeLabels map[string]string
 	cmd := &cobra.Command{
 		Use:   "discover",
 		Short: "Discover the node's GPUs and print them with their NFD features",
@@ -37,25 +38,36 @@ exactly as the agent publishes them.`,
 		Example: `  featureplug discover --fake-node dgx-a100
   featureplug discover -o yaml
   featureplug discover --fake-node dgx-h100 -o labels --rules per-model
+  featureplug discover -o labels --rules nvidia-config.yaml --node-labels nvidia.com/device-plugin.config=sliced
   featureplug discover --driver-root /run/nvidia/driver -o json`,
-		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "yaml", "json", "labels"); err != nil {
 				return err
+			}
+			if output != "labels" && (rulesName != "" || nodeLabels != nil) {
+				return usageErrorf("--rules and --node-labels choose the per-resource labels of -o labels; they do not change -o %s", output)
+			}
+			rs := rules.Default()
+			if rulesName != "" {
+				var err error
+				if rs, err = loadRules(rulesName); err != nil {
+					return err
+				}
 			}
 			inv, err := discoverInventory(cmd.Context(), src)
 			if err != nil {
 				return err
 			}
 			if output == "labels" {
-				return printLabels(cmd.OutOrStdout(), inv, rulesName)
+				return printLabels(cmd.OutOrStdout(), inv, rs, nodeLabels)
 			}
 			return printDiscovery(cmd.OutOrStdout(), output, inv)
 		},
 	}
 	src.addFlags(cmd.Flags())
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml, json or labels (the node labels the agent publishes)")
-	cmd.Flags().StringVar(&rulesName, "rules", "", "rules file or builtin whose plan the per-resource labels of -o labels follow (default: none)")
+	addRulesFlag(cmd, &rulesName, "rules whose plan the per-resource labels of -o labels follow: "+rulesFlagUsage("none"))
+	cmd.Flags().StringToStringVar(&nodeLabels, "node-labels", nil, "labels of the node, for rules with a nodeSelector, as run --node-labels and the Node's labels give them (k=v,..., repeatable)")
 	return cmd
 }
 
@@ -64,22 +76,15 @@ func checkOutput(value string, allowed ...string) error {
 	if slices.Contains(allowed, value) {
 		return nil
 	}
-	return fmt.Errorf("--output: %q is not a known format (use %s)", value, strings.Join(allowed, ", "))
+	return usageErrorf("--output: %q is not a known format (use %s)", value, strings.Join(allowed, ", "))
 }
 
 // printLabels prints the labels the agent would publish for inv with the
-// given rules, as sorted key=value lines.
-func printLabels(w io.Writer, inv *discovery.Inventory, rulesName string) error {
-	rs := rules.Default()
-	if rulesName != "" {
-		var err error
-		if rs, err = rules.Load(rulesName); err != nil {
-			return err
-		}
-	}
-	plan, err := rs.Plan(inv, nil)
+// given rules and node labels, as sorted key=value lines.
+func printLabels(w io.Writer, inv *discovery.Inventory, rs *rules.RuleSet, nodeLabels map[string]string) error {
+	plan, err := rs.Plan(inv, nodeLabels)
 	if err != nil {
-		return err
+		return &exitError{code: exitFailed, err: fmt.Errorf("the rules do not apply to this node:\n%w", err)}
 	}
 	return labeler.WriteLabels(w, labeler.Labels(inv, plan, labeler.LabelOptions{}))
 }

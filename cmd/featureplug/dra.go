@@ -33,7 +33,7 @@ func newDRAClassesCommand() *cobra.Command {
 	var (
 		rulesFile string
 		output    string
-		fakeNodes []string
+		fakeNode  string
 		nvml      bool
 	)
 	cmd := &cobra.Command{
@@ -46,8 +46,8 @@ extended resource is served from featureplug's ResourceSlices. Its CEL selector
 is compiled from the rules' NFD match expressions over the device attributes
 featureplug publishes; the first rule that matches a device claims it, so a
 class excludes what earlier rules claim. A templated resource gives one class
-per name it gives on featureplug's fake-node catalog (and on the nodes of
---fake-node and --nvml: a GPU the catalog does not know gets its class that way).
+per name it gives on featureplug's fake-node catalog (and on the node of
+--fake-node and on --nvml's: a GPU the catalog does not know gets its class that way).
 
 What CEL cannot express (a nodeSelector, matchName, some ops) is named on
 stderr with the rule, field and value, and the classes it affects select on the
@@ -58,23 +58,22 @@ A rules file is a path, a builtin name (` + strings.Join(rules.BuiltinNames(), "
 NVIDIA device-plugin config, as for rules check.`,
 		Example: `  featureplug dra classes --rules mixed | kubectl apply -f -
   featureplug dra classes --rules /etc/featureplug/rules.yaml -o json`,
-		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "yaml", "json"); err != nil {
 				return err
 			}
 			if rulesFile == "" {
-				return fmt.Errorf("--rules is required")
+				return usageErrorf("dra classes: no rules file (give --rules FILE or FILE)")
 			}
-			rs, err := rules.Load(rulesFile)
+			rs, err := loadRules(rulesFile)
 			if err != nil {
-				return &exitError{code: 1, err: err}
+				return err
 			}
 			nodes, err := catalog.Nodes()
 			if err != nil {
 				return fmt.Errorf("building the fake-node catalog: %w", err)
 			}
-			more, err := draClassNodes(cmd.Context(), fakeNodes, nvml)
+			more, err := draClassNodes(cmd.Context(), fakeNode, nvml)
 			if err != nil {
 				return err
 			}
@@ -87,24 +86,24 @@ NVIDIA device-plugin config, as for rules check.`,
 			return writeClasses(cmd.OutOrStdout(), output, res)
 		},
 	}
-	cmd.Flags().StringVar(&rulesFile, "rules", "", "rules file: a path or a builtin name ("+strings.Join(rules.BuiltinNames(), ", ")+")")
+	addRulesFlag(cmd, &rulesFile, rulesFlagUsage(""))
 	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml or json")
-	cmd.Flags().StringSliceVar(&fakeNodes, "fake-node", nil,
-		"also give classes to the names templates give on these fake nodes: bundled names ("+bundledNodeList()+") or YAML files (repeatable)")
+	cmd.Flags().StringVar(&fakeNode, "fake-node", "",
+		"also give classes to the names templates give on this fake node: a bundled name ("+bundledNodeList()+") or a YAML file")
 	cmd.Flags().BoolVar(&nvml, "nvml", false, "also give classes to the names templates give on this machine's GPUs (NVML under /)")
 	return cmd
 }
 
 // draClassNodes discovers the nodes, besides the catalog's, whose devices
 // the names of templates are taken from.
-func draClassNodes(ctx context.Context, fakeNodes []string, nvml bool) ([]rules.CheckNode, error) {
+func draClassNodes(ctx context.Context, fakeNode string, nvml bool) ([]rules.CheckNode, error) {
 	var out []rules.CheckNode
-	for _, name := range fakeNodes {
-		inv, err := discoverInventory(ctx, sourceFlags{fakeNode: name})
+	if fakeNode != "" {
+		inv, err := discoverInventory(ctx, sourceFlags{fakeNode: fakeNode})
 		if err != nil {
-			return nil, fmt.Errorf("--fake-node %s: %w", name, err)
+			return nil, fmt.Errorf("--fake-node %s: %w", fakeNode, err)
 		}
-		out = append(out, rules.CheckNode{Name: "fake node " + name, Inventory: inv})
+		out = append(out, rules.CheckNode{Name: "fake node " + fakeNode, Inventory: inv})
 	}
 	if nvml {
 		inv, err := discoverInventory(ctx, sourceFlags{driverRoot: "/", sysfsRoot: "/"})

@@ -82,14 +82,14 @@ func TestDRAClassesInputs(t *testing.T) {
 		t.Errorf("NVIDIA config: %v\n%s\n%s", err, out, errOut)
 	}
 	// More nodes to take template names from.
-	if out, errOut, err := runDRA(t, "classes", "--rules", "mixed", "--fake-node", "dgx-a100", "--fake-node", "workstation"); err != nil || !strings.Contains(out, "name: mig-1g.5gb.nvidia.com") {
+	if out, errOut, err := runDRA(t, "classes", "--rules", "mixed", "--fake-node", "workstation"); err != nil || !strings.Contains(out, "name: mig-1g.5gb.nvidia.com") {
 		t.Errorf("--fake-node: %v\n%s", err, errOut)
 	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"classes"}, "--rules is required"},
+		{[]string{"classes"}, "dra classes: no rules file"},
 		{[]string{"classes", "--rules", "mixed", "-o", "table"}, `--output: "table"`},
 		{[]string{"classes", "--rules", "mixd"}, `did you mean "mixed"?`},
 		{[]string{"classes", "--rules", "mixed", "--fake-node", "no-such-node"}, `--fake-node no-such-node: fake node "no-such-node"`},
@@ -101,23 +101,34 @@ func TestDRAClassesInputs(t *testing.T) {
 	}
 }
 
+// TestRulesExplainDRAView: explain shows the DRA view when asked (--dra)
+// or when a resource is served through DRA (--serve dra, as the agent is
+// run), and not otherwise; the SERVE column names the API.
 func TestRulesExplainDRAView(t *testing.T) {
-	out, _, err := runRules(t, "explain", "--rules", "per-model", "--fake-node", "a100-80gb-mixed")
+	out, _, err := runRules(t, "explain", "--rules", "per-model", "--fake-node", "a100-80gb-mixed", "--dra")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{
-		"  serve     the agent's --serve (DRA class a100-80gb.nvidia.com)",
+		"  serve     device-plugin (the agent's --serve), DRA class a100-80gb.nvidia.com",
 		"RESOURCE                   DEVICES  SHARING  SERVE",
-		"nvidia.com/a100-80gb       1        none     --serve",
+		"nvidia.com/a100-80gb       1        none     device-plugin",
 		"DRA (featureplug dra classes)",
 		"nvidia.com/mig-3g.40gb\n  class     mig-3g.40gb.nvidia.com\n  selector  device.driver == \"gpu.featureplug.io\" && device.attributes[\"gpu.featureplug.io\"].type == \"mig\" && device.attributes[\"gpu.featureplug.io\"].profile == \"3g.40gb\"\n",
 	} {
 		if !strings.Contains(out, w) {
-			t.Errorf("explain output lacks %q:\n%s", w, out)
+			t.Errorf("explain --dra output lacks %q:\n%s", w, out)
 		}
 	}
-	out, _, err = runRules(t, "explain", "--rules", "per-model", "--fake-node", "a100-80gb-mixed", "-o", "json")
+	out, _, err = runRules(t, "explain", "--rules", "per-model", "--fake-node", "a100-80gb-mixed")
+	if err != nil || strings.Contains(out, "DRA") || strings.Contains(out, "SERVE") || strings.Contains(out, "serve ") {
+		t.Errorf("explain without DRA shows the DRA view: %v\n%s", err, out)
+	}
+	out, _, err = runRules(t, "explain", "--rules", "per-model", "--fake-node", "a100-80gb-mixed", "--serve", "dra")
+	if err != nil || !strings.Contains(out, "nvidia.com/a100-80gb       1        none     dra") || !strings.Contains(out, "DRA (featureplug dra classes)") {
+		t.Errorf("explain --serve dra: %v\n%s", err, out)
+	}
+	out, _, err = runRules(t, "explain", "--rules", "per-model", "--fake-node", "a100-80gb-mixed", "--serve", "dra", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}

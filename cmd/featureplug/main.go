@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/discovery/fakenode/mpscontrol"
 )
 
 // exitError carries a process exit code through cobra to main.
@@ -33,7 +33,9 @@ func newRootCommand() *cobra.Command {
 		Short: "GPU discovery, NFD features and rule-driven device plugins for Kubernetes nodes",
 		Long: `featureplug discovers a node's NVIDIA GPUs, publishes them as Node Feature
 Discovery features and labels, turns them into resource names with rules written
-in NFD's match language, and serves one kubelet device plugin per resource name.`,
+in NFD's match language, and serves one kubelet device plugin per resource name.
+
+` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -45,33 +47,10 @@ in NFD's match language, and serves one kubelet device plugin per resource name.
 	// One flag name for node labels across commands: --node-labels, as
 	// rules explain takes it too; the singular stays as a deprecated alias.
 	addDeprecatedAlias(run, "node-label", "node-labels")
-	refuseMisspeltRules(run)
 	root.AddCommand(run)
 	refuseUnknownCommands(root)
+	applyConventions(root) // convention.go
 	return root
-}
-
-// refuseMisspeltRules makes run fail at once on a --rules that is a
-// misspelt builtin name ("mixd": neither a file nor a builtin, did you mean
-// mixed?), as check and explain do through rules.Load, instead of waiting
-// for a file that will never appear.
-func refuseMisspeltRules(run *cobra.Command) {
-	pre := run.PreRunE
-	run.PreRunE = func(cmd *cobra.Command, args []string) error {
-		if pre != nil {
-			if err := pre(cmd, args); err != nil {
-				return err
-			}
-		}
-		name, err := cmd.Flags().GetString("rules")
-		if err != nil {
-			return err
-		}
-		if err := rules.MisspeltBuiltin(name); err != nil {
-			return fmt.Errorf("--rules: %w", err)
-		}
-		return nil
-	}
 }
 
 // refuseUnknownCommands makes every command that has subcommands fail on
@@ -143,6 +122,11 @@ func (v *deprecatedValue) Set(s string) error {
 }
 
 func main() {
+	// The fake node's driver root links nvidia-cuda-mps-control to this
+	// binary (fakeroot.go): run as that, it is the fake MPS control daemon.
+	if mpscontrol.Invoked(os.Args[0]) {
+		os.Exit(mpscontrol.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules"
-	"github.com/featureplug/featureplug/rules/catalog"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -22,6 +21,9 @@ import (
 type explainOutput struct {
 	Rules    string   `json:"rules"`
 	Warnings []string `json:"warnings,omitempty"`
+	// AgentSettings are the agent flags the rules file sets (an NVIDIA
+	// config's flags.plugin.deviceListStrategy, ...).
+	AgentSettings []rules.AgentSetting `json:"agentSettings,omitempty"`
 	// Unavailable says, per resource, why the agent would hold it back.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
 	// DRA is, per resource, its DRA DeviceClass (dra_explain.go).
@@ -33,19 +35,20 @@ type explainOutput struct {
 
 // unavailableResources names the resources of plan the agent would not
 // advertise on this machine, and why: MPS resources need the MPS control
-// program (their strategy needs a daemon).
-func unavailableResources(plan *plan.Plan, mpsControl string) map[string]string {
+// program (their strategy needs a daemon), which problem says is missing.
+func unavailableResources(plan *plan.Plan, problem error) map[string]string {
+	if problem == nil {
+		return nil
+	}
 	var out map[string]string
 	for _, r := range plan.Resources {
 		if !needsDaemon(r.Sharing) {
 			continue
 		}
-		if _, err := mps.ResolveControlBinary(mpsControl); err != nil {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[r.Name] = "not advertised until its MPS control daemon is up: " + err.Error()
+		if out == nil {
+			out = map[string]string{}
 		}
+		out[r.Name] = "not advertised until its MPS control daemon is up: " + problem.Error()
 	}
 	return out
 }
@@ -69,96 +72,40 @@ A rules file is a path or one of the builtin names: ` + strings.Join(rules.Built
 	}
 	cmd.AddCommand(newRulesCheckCommand(), newRulesExplainCommand())
 	cmd.AddCommand(newRulesImportCommand()) // rules_import.go
-	cmd.AddCommand(newRulesDiffCommand())   // rules_cluster_cmd.go
+	cmd.AddCommand(newRulesDiffCommand())   // rules_diff.go
 	return cmd
 }
 
-func newRulesCheckCommand() *cobra.Command {
-	var on checkNodeFlags // rules_check_node.go
-	cmd := &cobra.Command{
-		Use:   "check FILE...",
-		Short: "Validate rules files, listing every error and warning",
-		Long: `Check loads rules files and reports every problem, each naming the file, line,
-rule, field and value. It also tries every rule on every device featureplug's
-fake-node catalog can make (every bundled fake node, every product as a whole
-GPU and in every MIG profile, +me profiles included), and counts device IDs on
-the largest node of every product (16 GPUs), so a template that gives an
-invalid resource name for some device, or a rule that would advertise more
-device IDs than the caps allow, is an error here rather than on a node.
-
-With --fake-node or --node, check instead tries the file on that node exactly
-as run would: a plan run would refuse, a device it would leave out, or a plan
-that would withdraw every resource is an error, with run's own message.
-A file check accepts never crashes run.`,
-		Example: `  featureplug rules check /etc/featureplug/rules.yaml
-  featureplug rules check mixed
-  featureplug rules check --fake-node dgx-h100 rules.yaml
-  featureplug rules check --node gpu-node-7 rules.yaml`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			target, err := on.target(cmd)
-			if err != nil {
-				return err
-			}
-			return checkRules(cmd.OutOrStdout(), cmd.ErrOrStderr(), args, target)
-		},
+// printProblems prints the devices a plan leaves out because of their
+// rules as warnings, one a line per distinct message: a MIG strategy that
+// refuses a node leaves out every device for one reason, said once with
+// the count. where, when set, prefixes each line ("on node gpu-1: ").
+func printProblems(w io.Writer, where string, problems []plan.Problem) {
+	var order []string
+	devices := map[string][]string{}
+	for _, p := range problems {
+		if _, seen := devices[p.Message]; !seen {
+			order = append(order, p.Message)
+		}
+		devices[p.Message] = append(devices[p.Message], p.Description)
 	}
-	on.addFlags(cmd.Flags())
-	return cmd
+	for _, msg := range order {
+		fmt.Fprintf(w, "warning: %sleft out: %s: %s\n", where, deviceList(devices[msg]), msg)
+	}
 }
 
-// checkRules loads each file and tries it on the node target names, or on
-// every device of the fake-node catalog (every bundled node, every product
-// and MIG profile) when it is nil, printing what is wrong with it, and
-// fails when any file does not load or would not serve as it says there.
-func checkRules(out, errOut io.Writer, files []string, target *checkTarget) error {
-	bad := 0
-	var nodes []rules.CheckNode
-	for _, file := range files {
-		rs, err := rules.Load(file)
-		if err == nil && target == nil && nodes == nil {
-			if nodes, err = catalog.Nodes(); err != nil {
-				return fmt.Errorf("building the fake-node catalog: %w", err)
-			}
-		}
-		var p *plan.Plan
-		switch {
-		case err != nil:
-		case target != nil:
-			p, err = rs.CheckOn(target.name, target.inv, target.labels)
-		default:
-			err = rs.CheckNodes(nodes)
-		}
-		if err != nil {
-			bad++
-			if target != nil {
-				fmt.Fprintf(errOut, "%s: invalid on %s:\n", file, target.name)
-			} else {
-				fmt.Fprintf(errOut, "%s: invalid:\n", file)
-			}
-			for _, line := range strings.Split(err.Error(), "\n") {
-				fmt.Fprintf(errOut, "  %s\n", line)
-			}
-			continue
-		}
-		if target != nil {
-			printWarnings(errOut, rs)
-			fmt.Fprintf(out, "%s: ok on %s, %d rules (%s): %s\n", file, target.name, len(rs.RuleNames()), strings.Join(rs.RuleNames(), ", "), servedSummary(p))
-			continue
-		}
-		printWarnings(errOut, rs)
-		fmt.Fprintf(out, "%s: ok, %d rules (%s)\n", file, len(rs.RuleNames()), strings.Join(rs.RuleNames(), ", "))
-		if serve := rs.ServeSummary(); serve != "" { // rules that choose device-plugin or dra (issue 20)
-			fmt.Fprintf(out, "  %s\n", serve)
-		}
-		if health := rs.HealthSummary(); health != "" {
-			fmt.Fprintf(out, "  %s\n", health)
-		}
+// deviceList names devices for a message: "GPU 0 MIG 1 (2g.10gb)", or "16
+// devices (GPU 0 MIG 0 (3g.20gb), ... and 12 more)".
+func deviceList(descs []string) string {
+	if len(descs) == 1 {
+		return descs[0]
 	}
-	if bad > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("rules check: %d of %d files invalid", bad, len(files))}
+	const shown = 4
+	list := strings.Join(descs[:min(len(descs), shown)], ", ")
+	if len(descs) > shown {
+		list += fmt.Sprintf(", and %d more", len(descs)-shown)
 	}
-	return nil
+	return fmt.Sprintf("%d devices (%s)", len(descs), list)
 }
 
 // printWarnings prints a rule set's warnings, one a line.
@@ -176,6 +123,7 @@ func newRulesExplainCommand() *cobra.Command {
 		output     string
 		nodeLabels map[string]string
 		mpsControl string
+		view       explainView
 	)
 	cmd := &cobra.Command{
 		Use:   "explain",
@@ -184,15 +132,18 @@ func newRulesExplainCommand() *cobra.Command {
 rules and prints, for every device, the resource it becomes, the rule that
 claimed it, its sharing, and why each earlier rule did not claim it; then the
 resources. Without --rules it explains the default rules (builtin "none").
-Next to it is the DRA view: per resource the kubelet API that serves it (the
-rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
-"featureplug dra classes" makes for it.`,
+When a resource is served through DRA (a rule's serve: dra, or --serve dra as
+the agent is run with), or with --dra, the DRA view follows: per device and
+resource the kubelet API that serves it, and per resource the DeviceClass and
+CEL selector "featureplug dra classes" makes for it.`,
 		Example: `  featureplug rules explain --rules mixed --fake-node dgx-a100
   featureplug rules explain --rules rules.yaml --fake-node ./node.yaml --node-labels pool=inference
   featureplug rules explain --rules /etc/featureplug/rules.yaml -o json`,
-		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "yaml", "json"); err != nil {
+				return err
+			}
+			if err := view.check(); err != nil {
 				return err
 			}
 			if cluster.node != "" {
@@ -201,8 +152,8 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 			rs := rules.Default()
 			if rulesFile != "" {
 				var err error
-				if rs, err = rules.Load(rulesFile); err != nil {
-					return &exitError{code: 1, err: err}
+				if rs, err = loadRules(rulesFile); err != nil {
+					return err
 				}
 			}
 			inv, err := discoverInventory(cmd.Context(), src)
@@ -213,30 +164,80 @@ rule's serve, or the agent's --serve) and the DeviceClass and CEL selector
 			if err != nil {
 				return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to this node:\n%w", err)}
 			}
-			for _, p := range plan.Problems {
-				fmt.Fprintf(cmd.ErrOrStderr(), "warning: left out: %s\n", p.String())
-			}
+			printProblems(cmd.ErrOrStderr(), "", plan.Problems)
 			if err := plan.CheckServes(); err != nil { // what run refuses on a reload, as check does
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n", err)
 			}
-			return printExplanation(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailableResources(plan, mpsControl))
+			unavailable := unavailableResources(plan, mpsControlProblem(src, mpsControl, cmd.Flags().Changed("mps-control")))
+			return view.print(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailable)
 		},
 	}
 	src.addFlags(cmd.Flags())
 	cluster.addFlags(cmd.Flags())
-	cmd.Flags().StringVar(&rulesFile, "rules", "", "rules file: a path or a builtin name ("+strings.Join(rules.BuiltinNames(), ", ")+"); default: none")
+	addRulesFlag(cmd, &rulesFile, rulesFlagUsage("none; with --node, the agents' ConfigMap"))
 	cmd.Flags().StringToStringVar(&nodeLabels, "node-labels", nil, "labels of the node, for rules with a nodeSelector (k=v,..., repeatable)")
 	addDeprecatedAlias(cmd, "node-label", "node-labels")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
 	cmd.Flags().StringVar(&mpsControl, "mps-control", mps.DefaultControlBinary, "the MPS control program MPS-shared resources need")
+	cmd.Flags().StringVar((*string)(&view.serve), "serve", string(plan.ServeDevicePlugin), "the kubelet API of resources whose rule does not say serve, as the agent's run --serve: device-plugin or dra")
+	cmd.Flags().BoolVar(&view.dra, "dra", false, "show the DRA view (serving API, DeviceClass and CEL selector per resource) even when no resource is served through DRA")
+	cmd.Flags().BoolVar(&view.health, "health", false, "show the node's health policy (what each XID and health event does) even when no health entry of the rules selects the node")
 	return cmd
 }
 
-// printExplanation writes a plan in the chosen format.
+// explainView is what rules explain shows besides the plan.
+type explainView struct {
+	// serve is the agent's --serve for resources whose rule does not say.
+	serve plan.Serve
+	// dra asks for the DRA view, which is shown anyway when a resource is
+	// served through DRA.
+	dra bool
+	// health asks for the node's health policy, which is shown anyway
+	// when a health entry of the rules selects the node.
+	health bool
+}
+
+// showsHealth reports whether the explanation of p has the health policy.
+func (v explainView) showsHealth(p *plan.Plan) bool { return v.health || p.Health != nil }
+
+// check validates the view's flags.
+func (v explainView) check() error {
+	if v.serve != "" && v.serve != plan.ServeDevicePlugin && v.serve != plan.ServeDRA {
+		return usageErrorf("--serve: %q is not a kubelet API (use %s or %s)", v.serve, plan.ServeDevicePlugin, plan.ServeDRA)
+	}
+	return nil
+}
+
+// showsDRA reports whether the explanation of p has the DRA view.
+func (v explainView) showsDRA(p *plan.Plan) bool {
+	if v.dra {
+		return true
+	}
+	for i := range p.Resources {
+		if p.Resources[i].ServedBy(v.serve) == plan.ServeDRA {
+			return true
+		}
+	}
+	return false
+}
+
+// printExplanation writes a plan in the chosen format, with the DRA view
+// when a resource is served through DRA.
 func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, plan *plan.Plan, unavailable map[string]string) error {
-	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), Unavailable: unavailable, HealthPolicy: rules.NewHealthView(plan), Plan: plan}
-	doc.DRA = draExplainView(errOut, rs) // dra_explain.go
-	draExplainFill(doc.DRA, resourceNames(plan))
+	return explainView{}.print(out, errOut, format, rs, plan, unavailable)
+}
+
+// print writes a plan in the chosen format.
+func (v explainView) print(out, errOut io.Writer, format string, rs *rules.RuleSet, p *plan.Plan, unavailable map[string]string) error {
+	if v.serve == "" {
+		v.serve = plan.ServeDevicePlugin
+	}
+	doc := explainOutput{Rules: rs.Source(), Warnings: rs.Warnings(), AgentSettings: rs.AgentSettings(), Unavailable: unavailable,
+		HealthPolicy: rules.NewHealthView(p), Plan: p}
+	if v.showsDRA(p) {
+		doc.DRA = draExplainView(errOut, rs) // dra_explain.go
+		draExplainFill(doc.DRA, resourceNames(p))
+	}
 	switch format {
 	case "json":
 		enc := json.NewEncoder(out)
@@ -251,10 +252,18 @@ func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, p
 		return err
 	}
 	printWarnings(errOut, rs)
-	if _, err := fmt.Fprintf(out, "Rules: %s\n\n", rs.Source()); err != nil {
+	if _, err := fmt.Fprintf(out, "Rules: %s\n", rs.Source()); err != nil {
 		return err
 	}
-	if err := rules.WriteExplanationWith(out, plan, rules.ExplainOptions{DRA: doc.DRA}); err != nil {
+	if s := settingsSummary(rs); s != "" {
+		if _, err := fmt.Fprintf(out, "  %s\n", s); err != nil {
+			return err
+		}
+	}
+	if _, err := fmt.Fprintln(out); err != nil {
+		return err
+	}
+	if err := rules.WriteExplanationWith(out, p, rules.ExplainOptions{DRA: doc.DRA, DefaultServe: v.serve}); err != nil {
 		return errors.Join(errors.New("writing the explanation"), err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(unavailable)) {
@@ -262,5 +271,8 @@ func printExplanation(out, errOut io.Writer, format string, rs *rules.RuleSet, p
 			return err
 		}
 	}
-	return rules.WriteHealthView(out, plan)
+	if !v.showsHealth(p) {
+		return nil
+	}
+	return rules.WriteHealthView(out, p)
 }

@@ -33,29 +33,33 @@ type checkTarget struct {
 	name   string
 	inv    *discovery.Inventory
 	labels map[string]string
+	// cluster is the cluster node (--node), for what its agent publishes
+	// about itself; nil for a fake node.
+	cluster *clusterNode
 }
 
 // target reads the node the flags name; nil when they name none.
 func (f *checkNodeFlags) target(cmd *cobra.Command) (*checkTarget, error) {
 	switch {
 	case f.fakeNode != "" && f.node.node != "":
-		return nil, fmt.Errorf("--fake-node and --node name two nodes: give one")
+		return nil, usageErrorf("--fake-node and --node name two nodes: give one")
 	case f.nodeLabels != nil && f.fakeNode == "":
-		return nil, fmt.Errorf("--node-labels are the labels of a --fake-node (a --node has its own)")
+		return nil, usageErrorf("--node-labels are the labels of a --fake-node (a --node has its own)")
 	case f.fakeNode != "":
 		inv, err := discoverInventory(cmd.Context(), sourceFlags{fakeNode: f.fakeNode})
 		if err != nil {
-			return nil, err
+			return nil, asUsageError(err)
 		}
 		return &checkTarget{name: "fake node " + f.fakeNode, inv: inv, labels: f.nodeLabels}, nil
 	case f.node.node != "":
 		r, err := f.node.reader()
 		if err != nil {
-			return nil, err
+			return nil, asClusterError(err)
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), f.node.timeout)
 		defer cancel()
-		return readCheckTarget(ctx, r, &f.node.clusterFlags, f.node.node)
+		target, err := readCheckTarget(ctx, r, &f.node.clusterFlags, f.node.node)
+		return target, asClusterError(err)
 	}
 	return nil, nil
 }
@@ -79,7 +83,7 @@ func readCheckTarget(ctx context.Context, r clusterReader, f *clusterFlags, node
 	if err != nil {
 		return nil, fmt.Errorf("node %s: NodeFeature %s/%s: %w", node, cn.feature.Namespace, cn.feature.Name, err)
 	}
-	return &checkTarget{name: "node " + node, inv: rebuilt.Inventory, labels: n.Labels}, nil
+	return &checkTarget{name: "node " + node, inv: rebuilt.Inventory, labels: n.Labels, cluster: cn}, nil
 }
 
 // servedSummary says what a plan serves: "serves nvidia.com/gpu (8),

@@ -7,7 +7,10 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
@@ -30,32 +33,52 @@ type clusterRules struct {
 // set, otherwise the agents' ConfigMap as the flags name it.
 func loadClusterRules(ctx context.Context, r clusterReader, f *clusterFlags, nameOrPath string) (*clusterRules, error) {
 	if nameOrPath != "" {
-		if slices.Contains(rules.BuiltinNames(), nameOrPath) {
-			rs, err := rules.Load(nameOrPath)
-			if err != nil {
-				return nil, err
-			}
-			return &clusterRules{rs: rs, digest: rs.Source(), where: rs.Source()}, nil
-		}
-		data, err := readRulesFile(nameOrPath)
-		if err != nil {
-			return nil, err
-		}
-		rs, err := rules.Parse(nameOrPath, data)
-		if err != nil {
-			return nil, err
-		}
-		return &clusterRules{rs: rs, digest: agent.RulesDigest(data), where: nameOrPath}, nil
+		return loadRulesFile(nameOrPath)
 	}
+	cr, err := loadConfigMapRules(ctx, r, f)
+	if err != nil {
+		return nil, fmt.Errorf("%w (give a rules file with --rules, or the ConfigMap with --namespace and --configmap)", err)
+	}
+	return cr, nil
+}
+
+// loadRulesFile reads a rules file: a builtin name or a path.
+func loadRulesFile(nameOrPath string) (*clusterRules, error) {
+	if slices.Contains(rules.BuiltinNames(), nameOrPath) {
+		rs, err := rules.Load(nameOrPath)
+		if err != nil {
+			return nil, err
+		}
+		return &clusterRules{rs: rs, digest: rs.Source(), where: rs.Source()}, nil
+	}
+	data, err := readRulesFile(nameOrPath)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := rules.Parse(nameOrPath, data)
+	if err != nil {
+		return nil, err
+	}
+	return &clusterRules{rs: rs, digest: agent.RulesDigest(data), where: nameOrPath}, nil
+}
+
+// loadConfigMapRules reads the agents' rules from their ConfigMap, as the
+// flags name it.
+func loadConfigMapRules(ctx context.Context, r clusterReader, f *clusterFlags) (*clusterRules, error) {
 	cm, err := r.ConfigMap(ctx, f.namespace, f.configMap)
 	if err != nil {
-		return nil, fmt.Errorf("the agents' rules: %w (give a rules file with --rules, or the ConfigMap with --namespace and --configmap)", err)
+		return nil, fmt.Errorf("the agents' rules: %w", err)
 	}
+	return configMapRules(cm, f)
+}
+
+// configMapRules reads the rules file the agents' ConfigMap holds.
+func configMapRules(cm *corev1.ConfigMap, f *clusterFlags) (*clusterRules, error) {
 	data, ok := cm.Data[f.configMapKey]
 	if !ok {
-		return nil, fmt.Errorf("the agents' rules: ConfigMap %s/%s has no key %q (--configmap-key)", f.namespace, f.configMap, f.configMapKey)
+		return nil, fmt.Errorf("the agents' rules: ConfigMap %s/%s has no key %q (--configmap-key)", cm.Namespace, cm.Name, f.configMapKey)
 	}
-	where := fmt.Sprintf("configmap %s/%s %s", f.namespace, f.configMap, f.configMapKey)
+	where := fmt.Sprintf("configmap %s/%s %s", cm.Namespace, cm.Name, f.configMapKey)
 	rs, err := rules.Parse(where, []byte(data))
 	if err != nil {
 		return nil, err
@@ -173,27 +196,57 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 	for _, g := range np.notes {
 		note("%s", g)
 	}
-	note("%s", published.TopologyNote)
-	note("node selectors see the Node's labels; labels given to the agent itself (--node-labels) are not visible here")
+	// The link matrix of a node with several GPUs is in the plan's JSON
+	// and YAML only; node labels matter only to rules that select nodes.
+	if rebuilt, _ := cn.rebuild(); format != "table" && len(rebuilt.Inventory.GPUs) > 1 {
+		note("%s", published.TopologyNote)
+	}
+	if cr.rs.UsesNodeLabels() {
+		note("node selectors see the Node's labels; labels given to the agent itself (--node-labels) are not visible here")
+	}
 	if digest := cn.feature.Annotations[agent.AnnotationRulesDigest]; digest == "" {
 		note("the node's agent records no rules digest (%s): which rules it runs is unknown", agent.AnnotationRulesDigest)
 	} else if digest != cr.digest {
-		note("the node's agent runs other rules (%s) than these (%s %s): it serves %q",
-			digest, cr.where, cr.digest, cn.feature.Annotations[agent.AnnotationResources])
+		note("the node's agent runs other rules (%s) than these (%s %s): it serves %s",
+			digest, cr.where, cr.digest, recordedServed(cn.feature.Annotations))
 	}
 	if np.err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("the rules do not apply to node %s:\n%w", node, np.err)}
 	}
-	for _, p := range np.plan.Problems {
-		fmt.Fprintf(errOut, "warning: left out: %s\n", p.String())
-	}
+	printProblems(errOut, "", np.plan.Problems)
 	if err := np.plan.CheckServes(); err != nil { // what the node's agent refuses on a reload
 		fmt.Fprintf(errOut, "warning: %v\n", err)
 	}
-	for _, res := range np.plan.Resources {
-		if needsDaemon(res.Sharing) {
-			note("%s needs the node's MPS control daemon: whether it is up cannot be known from the cluster", res.Name)
+	unavailable := nodeMPSUnavailable(np.plan, cn) // rules_check.go
+	if cn.feature.Annotations[agent.AnnotationMPSControl] == "" {
+		for _, res := range np.plan.Resources {
+			if needsDaemon(res.Sharing) {
+				note("%s needs the node's MPS control daemon: whether it is up cannot be known from the cluster", res.Name)
+			}
 		}
 	}
-	return printExplanation(out, errOut, format, cr.rs, np.plan, nil)
+	return printExplanation(out, errOut, format, cr.rs, np.plan, unavailable)
+}
+
+// recordedServed says what a NodeFeature's resources annotation records,
+// for people: "example.com/a100 (4 devices), nvidia.com/gpu (8 devices,
+// through dra)".
+func recordedServed(annotations map[string]string) string {
+	value, ok := annotations[labeler.AnnotationResources]
+	if !ok {
+		return "what, it does not record"
+	}
+	s, err := labeler.ParseServed(value)
+	if err != nil {
+		return strconv.Quote(value)
+	}
+	if len(s.Resources) == 0 {
+		return "nothing"
+	}
+	parts := make([]string, len(s.Resources))
+	for i := range s.Resources {
+		r := newDiffResource(&s.Resources[i], s.CountsOnly)
+		parts[i] = s.Resources[i].Name + " (" + r.describe() + ")"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/clientcmd"
@@ -37,6 +39,8 @@ type clusterReader interface {
 	NodeFeatures(ctx context.Context, node string) ([]nfdv1alpha1.NodeFeature, error)
 	// ConfigMap reads a ConfigMap.
 	ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+	// DeviceClasses lists the cluster's DRA DeviceClasses.
+	DeviceClasses(ctx context.Context) ([]resourcev1.DeviceClass, error)
 }
 
 // clusterFlags are the flags of the commands that read the cluster.
@@ -64,6 +68,9 @@ func (f *clusterFlags) reader() (clusterReader, error) {
 	rules.ExplicitPath = f.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
 		&clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, errors.New("no cluster to read: no kubeconfig (give --kubeconfig or set $KUBECONFIG, or write ~/.kube/config) and not running in a cluster")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
@@ -125,4 +132,13 @@ func (r *kubeReader) ConfigMap(ctx context.Context, namespace, name string) (*co
 		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", namespace, name, err)
 	}
 	return cm, nil
+}
+
+// DeviceClasses implements clusterReader.
+func (r *kubeReader) DeviceClasses(ctx context.Context) ([]resourcev1.DeviceClass, error) {
+	list, err := r.api.DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing DeviceClasses: %w", err)
+	}
+	return list.Items, nil
 }

@@ -5,12 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,16 +28,25 @@ type clusterFakeReader struct {
 	nodes      []corev1.Node
 	features   []nfdv1alpha1.NodeFeature
 	configMaps []corev1.ConfigMap
+	classes    []resourcev1.DeviceClass
+	// err, when set, is every request's error.
+	err error
 }
 
 func (r *clusterFakeReader) Nodes(_ context.Context, selector string) ([]corev1.Node, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
 	sel, err := labels.Parse(selector)
 	if err != nil {
 		return nil, err
 	}
 	var out []corev1.Node
 	for _, n := range r.nodes {
-		if sel.Matches(labels.Set(n.Labels)) {
+		// The kubelet labels every Node with its hostname.
+		l := labels.Set{"kubernetes.io/hostname": n.Name}
+		maps.Copy(l, n.Labels)
+		if sel.Matches(l) {
 			out = append(out, n)
 		}
 	}
@@ -53,6 +63,9 @@ func (r *clusterFakeReader) Node(_ context.Context, name string) (*corev1.Node, 
 }
 
 func (r *clusterFakeReader) NodeFeatures(_ context.Context, node string) ([]nfdv1alpha1.NodeFeature, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
 	var out []nfdv1alpha1.NodeFeature
 	for _, nf := range r.features {
 		if node == "" || nf.Labels[labeler.NodeNameLabel] == node {
@@ -63,12 +76,19 @@ func (r *clusterFakeReader) NodeFeatures(_ context.Context, node string) ([]nfdv
 }
 
 func (r *clusterFakeReader) ConfigMap(_ context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
 	for i := range r.configMaps {
 		if r.configMaps[i].Namespace == namespace && r.configMaps[i].Name == name {
 			return &r.configMaps[i], nil
 		}
 	}
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+}
+
+func (r *clusterFakeReader) DeviceClasses(context.Context) ([]resourcev1.DeviceClass, error) {
+	return r.classes, r.err
 }
 
 // clusterTestNode adds a Node and its NodeFeature made from a bundled
@@ -134,8 +154,14 @@ func TestRulesExplainNodeMatchesLocal(t *testing.T) {
 					if got != want {
 						t.Errorf("--node output differs from the node's:\n--- node\n%s\n--- cluster\n%s", want, got)
 					}
-					if !strings.Contains(errOut.String(), "note: GPU links (topology) are not published") {
-						t.Errorf("no note about topology on stderr:\n%s", errOut.String())
+					// The note applies where the local plan has links
+					// the cluster's lacks; no other note applies here.
+					noted := strings.Contains(errOut.String(), "note: GPU links (topology) are not published")
+					if want := format != "table" && n != "workstation"; noted != want {
+						t.Errorf("note about topology on stderr: %v, want %v:\n%s", noted, want, errOut.String())
+					}
+					if strings.Contains(errOut.String(), "node selectors") {
+						t.Errorf("a note about node selectors for rules without any:\n%s", errOut.String())
 					}
 				})
 			}
@@ -178,142 +204,16 @@ func TestRulesExplainNodeFromConfigMap(t *testing.T) {
 	if !strings.Contains(errOut.String(), "note: the node's agent runs other rules (sha256:0123456789abcdef)") {
 		t.Errorf("no note about the node's other rules:\n%s", errOut.String())
 	}
+	// Rules that select nodes: the note about which labels they see applies.
+	errOut.Reset()
+	if err := explainNode(context.Background(), &out, &errOut, r, f, "ws", filepath.Join("..", "..", "rules", "testdata", "pools.yaml"), "table"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut.String(), "note: node selectors see the Node's labels") {
+		t.Errorf("no note about node selectors for rules with some:\n%s", errOut.String())
+	}
 	err := explainNode(context.Background(), &out, &errOut, r, f, "bare", "", "table")
 	if exitCode(err) != 1 || !strings.Contains(err.Error(), "no featureplug NodeFeature") {
 		t.Errorf("node without features: %v", err)
-	}
-}
-
-// TestRulesDiff checks the per-node outcome of a hand-written edit of the
-// "mixed" rules on three kinds of node, and that an edit leaving a kind of
-// node without resources fails.
-func TestRulesDiff(t *testing.T) {
-	r := &clusterFakeReader{}
-	a100 := explainTestInventory(t, "dgx-a100")
-	cur, err := loadClusterRules(context.Background(), r, &clusterFlags{}, "mixed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.add(t, "a100-1", a100, nil, cur.digest)
-	r.add(t, "a100-2", a100, nil, cur.digest)
-	r.add(t, "h100", explainTestInventory(t, "dgx-h100"), nil, "sha256:00000000000000ff")
-	r.add(t, "ws", explainTestInventory(t, "workstation"), nil, "")
-	r.nodes = append(r.nodes, corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu"}})
-
-	f := &clusterFlags{namespace: defaultRulesNamespace}
-	next, err := loadClusterRules(context.Background(), r, f, explainEditRules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes, err := clusterNodes(context.Background(), r, f, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := diffNodes(cur, next, nodes)
-	ts := "time-slicing x2"
-	want := []diffGroup{
-		{Nodes: []string{"a100-1", "a100-2"}, diffOutcome: diffOutcome{
-			Runs: runsCurrent,
-			Changes: []resourceChange{
-				{Resource: "example.com/a100-40gb", ToDevices: 4, ToSharing: "none"},
-				{Resource: "nvidia.com/gpu", FromDevices: 4, FromSharing: "none"},
-				{Resource: "nvidia.com/mig-1g.5gb", FromDevices: 6, FromSharing: "none"},
-			},
-			Unclaimed: []string{
-				"GPU 0 MIG 2 (1g.5gb): was nvidia.com/mig-1g.5gb", "GPU 0 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb",
-				"GPU 1 MIG 2 (1g.5gb): was nvidia.com/mig-1g.5gb", "GPU 1 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb",
-				"GPU 2 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb", "GPU 3 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb",
-			},
-		}},
-		{Nodes: []string{"cpu"}, diffOutcome: diffOutcome{Runs: runsUnknown,
-			Notes: []string{"node cpu: no featureplug NodeFeature (featureplug-cpu): the agent has not published its features"}}},
-		{Nodes: []string{"h100"}, diffOutcome: diffOutcome{Runs: runsOther, Digest: "sha256:00000000000000ff",
-			Changes: []resourceChange{{Resource: "nvidia.com/gpu", FromDevices: 8, ToDevices: 8, FromSharing: "none", ToSharing: ts}}}},
-		{Nodes: []string{"ws"}, diffOutcome: diffOutcome{Runs: runsUnknown,
-			Changes: []resourceChange{{Resource: "nvidia.com/gpu", FromDevices: 1, ToDevices: 1, FromSharing: "none", ToSharing: ts}}}},
-	}
-	if !reflect.DeepEqual(rep.Groups, want) {
-		got, _ := json.MarshalIndent(rep.Groups, "", "  ")
-		t.Errorf("groups:\n%s", got)
-	}
-	if rep.Failed {
-		t.Error("the edit fails the diff")
-	}
-	var b bytes.Buffer
-	if err := writeDiff(&b, rep); err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range []string{
-		"5 nodes, 4 outcomes; 0 would lose every resource, 0 would hit an error",
-		"a100-1, a100-2 (2)\n  runs      current rules\n  + example.com/a100-40gb: 0 -> 4 devices\n  - nvidia.com/gpu: 4 -> 0 devices\n",
-		"  no resource  GPU 0 MIG 2 (1g.5gb): was nvidia.com/mig-1g.5gb\n",
-		"h100 (1)\n  runs      other rules (sha256:00000000000000ff)\n  ~ nvidia.com/gpu: 8 -> 8 devices, sharing none -> time-slicing x2\n",
-	} {
-		if !strings.Contains(b.String(), line) {
-			t.Errorf("table lacks %q:\n%s", line, b.String())
-		}
-	}
-
-	broken, err := loadClusterRules(context.Background(), r, f, filepath.Join("..", "..", "test", "e2e", "testdata", "explain-break.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep = diffNodes(cur, broken, nodes)
-	if !rep.Failed {
-		t.Error("an edit that leaves the workstation without resources does not fail")
-	}
-	for _, g := range rep.Groups {
-		if g.LosesAll != (g.Nodes[0] == "ws") {
-			t.Errorf("group %v: losesAll %v", g.Nodes, g.LosesAll)
-		}
-	}
-}
-
-// BenchmarkRulesDiff1000 runs `rules diff` over 1,000 generated nodes
-// (NodeFeatures of the bundled fake nodes, each with its own UUIDs), from
-// the listed objects to the report.
-func BenchmarkRulesDiff1000(b *testing.B) {
-	kinds := []string{"dgx-a100", "dgx-h100", "workstation", "h100-nvl", "hgx-b200", "l40s-pcie", "a100-80gb-mixed", "h200-mig"}
-	invs := make([]*discovery.Inventory, len(kinds))
-	for i, k := range kinds {
-		invs[i] = explainTestInventory(b, k)
-	}
-	r := &clusterFakeReader{}
-	for i := range 1000 {
-		inv := *invs[i%len(invs)]
-		inv.GPUs = append([]discovery.GPU(nil), inv.GPUs...)
-		for g := range inv.GPUs {
-			gpu := &inv.GPUs[g]
-			gpu.UUID = fmt.Sprintf("GPU-%08d-%04d", i, g)
-			gpu.MIGDevices = append([]discovery.MIGDevice(nil), gpu.MIGDevices...)
-			for m := range gpu.MIGDevices {
-				gpu.MIGDevices[m].ParentUUID = gpu.UUID
-				gpu.MIGDevices[m].UUID = fmt.Sprintf("MIG-%08d-%04d-%02d", i, g, m)
-			}
-		}
-		r.add(b, fmt.Sprintf("node-%04d", i), &inv, map[string]string{"pool": "p" + fmt.Sprint(i%3)}, "")
-	}
-	f := &clusterFlags{namespace: defaultRulesNamespace}
-	cur, err := loadClusterRules(context.Background(), r, f, "mixed")
-	if err != nil {
-		b.Fatal(err)
-	}
-	next, err := loadClusterRules(context.Background(), r, f, explainEditRules)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for b.Loop() {
-		nodes, err := clusterNodes(context.Background(), r, f, "")
-		if err != nil {
-			b.Fatal(err)
-		}
-		rep := diffNodes(cur, next, nodes)
-		if rep.Nodes != 1000 {
-			b.Fatalf("%d nodes", rep.Nodes)
-		}
-		if err := writeDiff(&bytes.Buffer{}, rep); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -97,7 +98,13 @@ func importRules(out, errOut io.Writer, files []string, output string, opts nvid
 	if err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("rules import: the converted rules do not load (a bug, please report it):\n%w\n%s", err, res.Rules)}
 	}
-	for _, w := range append(res.Warnings, rs.Warnings()...) {
+	warnings := append(slices.Clone(res.Warnings), rs.Warnings()...)
+	for _, s := range res.Settings {
+		warnings = append(warnings, fmt.Sprintf("%s: %s: a rules file cannot carry it: run the agent with %s (as the rules file's header says); run --rules with the config itself applies it (have %s)",
+			s.Where, s.Field, s, s.Written))
+	}
+	warnings = append(warnings, res.Refused...)
+	for _, w := range warnings {
 		fmt.Fprintf(errOut, "warning: %s\n", w)
 	}
 	if output == "" {

@@ -66,7 +66,7 @@ rules:
 	}{
 		{"builtin and file", []string{"check", "mixed", pools}, 0,
 			[]string{"mixed: ok, 2 rules (gpu, mig)", "pools.yaml: ok, 4 rules (inference-h100, big-mig, small-mig, rest)"}, nil},
-		{"warnings", []string{"check", warn}, 0, []string{"warn.yaml: ok, 1 rules (fans)"},
+		{"warnings", []string{"check", warn}, 0, []string{"warn.yaml: ok, 1 warning, 1 rule (fans)"},
 			[]string{`warning: ` + warn + `:6: rules[0] "fans": matchFeatures[0].feature: featureplug never publishes this feature`}},
 		{"every error", []string{"check", pools, bad}, 1, []string{"pools.yaml: ok"}, []string{
 			"many-errors.yaml: invalid:",
@@ -77,7 +77,9 @@ rules:
 			`many-errors.yaml:23: rules[3] "typo": sharing.replicas: must be at least 1 (have 0)`,
 			`many-errors.yaml:20: rules[3] "typo": name: name already used by rules[0]`,
 		}},
-		{"missing file", []string{"check", "no-such-rules.yaml"}, 1, nil, []string{"no-such-rules.yaml"}},
+		{"missing file", []string{"check", "no-such-rules.yaml"}, 2, nil, []string{"no-such-rules.yaml"}},
+		{"warnings under --strict", []string{"check", "--strict", warn}, 1, []string{"warn.yaml: fails under --strict: 1 warning, 1 rule (fans)"}, nil},
+		{"--rules and arguments", []string{"check", "--rules", "mixed", pools}, 0, []string{"mixed: ok", "pools.yaml: ok"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/plugin/mps"
+	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -49,6 +50,7 @@ type runFlags struct {
 	namespace          string
 	kubeconfig         string
 	rules              string
+	waitForRules       bool
 	nodeLabels         map[string]string
 	publish            string
 	featuresFile       string
@@ -98,9 +100,24 @@ in upper case with a FEATUREPLUG_ prefix (shown in brackets); a flag given on
 the command line wins.`,
 		Example: `  featureplug run --fake-node dgx-a100 --publish stdout --kubelet-dir /tmp/kubelet
   featureplug run --rules /etc/featureplug/rules.yaml --driver-root /run/nvidia/driver`,
-		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			return applyEnv(cmd.Flags())
+			if err := applyEnv(cmd.Flags()); err != nil {
+				return asUsageError(err)
+			}
+			if f.waitForRules {
+				// A misspelt builtin will never appear.
+				if err := rules.MisspeltBuiltin(f.rules); err != nil {
+					return usageErrorf("--rules: %w", err)
+				}
+				return nil
+			}
+			if err := checkRulesPath("--rules", f.rules); err != nil {
+				if rules.MisspeltBuiltin(f.rules) == nil {
+					return usageErrorf("%s (with --wait-for-rules the agent starts anyway and applies the file once it appears)", errorText(err))
+				}
+				return err
+			}
+			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd)
@@ -111,7 +128,8 @@ the command line wins.`,
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&f.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the NodeFeature object (default $POD_NAMESPACE); Events about the Node go to the default namespace")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration when available)")
-	fs.StringVar(&f.rules, "rules", "", "rules file, or a builtin: none, single, mixed, per-model (default: none)")
+	addRulesFlag(cmd, &f.rules, rulesFlagUsage("none")+"; it must exist at start unless --wait-for-rules")
+	fs.BoolVar(&f.waitForRules, "wait-for-rules", false, "start even when the --rules file does not exist yet (an optional ConfigMap): serve nothing until it appears, then apply it")
 	fs.StringToStringVar(&f.nodeLabels, "node-labels", nil, "extra node labels (k=v,...) the rules' node selectors see")
 	fs.StringVar(&f.publish, "publish", string(agent.PublishNodeFeature), "where features and labels go: nodefeature, file, stdout or none")
 	fs.StringVar(&f.featuresFile, "features-file", labeler.DefaultFeatureFile, "nfd-worker feature file for --publish file")
@@ -254,6 +272,9 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		return err
 	}
 	routeKlog(log)
+	if err := applyAgentSettings(cmd.Flags(), f.rules, log); err != nil { // agentsettings.go
+		return err
+	}
 	src, err := f.src.open()
 	if err != nil {
 		return err
@@ -304,13 +325,26 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	}
 	stateDir := prepareStateDir(f.stateDir, log)
 	owner := f.ownerConfig(kubeClient)
+	driverRoot, mpsControl := f.src.driverRoot, f.mpsControl
+	if f.src.fakeNode != "" {
+		root, err := newFakeDriverRoot(f.src.driverRoot) // fakeroot.go
+		if err != nil {
+			return err
+		}
+		defer root.remove()
+		driverRoot = root.dir
+		if !cmd.Flags().Changed("mps-control") { // set by the flag or its environment variable
+			mpsControl = root.mpsControl
+		}
+		log.Info("fake driver root laid out", "driverRoot", driverRoot, "mpsControl", mpsControl)
+	}
 
 	a, err := agent.New(agent.Config{
 		NodeName:           f.nodeName,
 		Namespace:          f.namespace,
 		Source:             src,
 		Rules:              f.rules,
-		RulesEngine:        rulesengine.New(),
+		RulesEngine:        refuseSettingChanges(rulesengine.New(), cmd.Flags()),
 		DefaultServe:       plan.Serve(f.serve),
 		NodeLabels:         f.nodeLabels,
 		Publish:            agent.PublishMode(f.publish),
@@ -333,10 +367,10 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			MPSRoot:              f.mpsRoot,
 			StateDir:             stateDir,
 		},
-		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
+		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: mpsControl, CheckInterval: f.mpsCheckInterval},
 		DRARegistryDir:    f.draRegistryDir,
 		DRAPluginDir:      f.draPluginDir,
-		CDI:               agent.CDIConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
+		CDI:               agent.CDIConfig{SpecDir: f.cdiSpecDir, DriverRoot: driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
 		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
 		FileCheckInterval: f.fileCheckInterval,
 		FileSettle:        f.fileSettle,

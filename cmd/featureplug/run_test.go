@@ -20,6 +20,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/featureplug/featureplug/discovery/fakenode/mpscontrol"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 )
 
@@ -28,7 +29,7 @@ import (
 const runMainEnv = "FEATUREPLUG_TEST_AS_MAIN"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(runMainEnv) == "1" {
+	if os.Getenv(runMainEnv) == "1" || mpscontrol.Invoked(os.Args[0]) {
 		main()
 		os.Exit(0)
 	}
@@ -369,11 +370,11 @@ func killFakeDaemons(t *testing.T, root string) {
 	}
 }
 
+// TestRunSupervisesMPSDaemons runs MPS on a fake node as on a GPU node:
+// the supervisor starts the fake node's own control daemon (its driver
+// root links nvidia-cuda-mps-control to this binary), configures it and
+// restarts it when it dies.
 func TestRunSupervisesMPSDaemons(t *testing.T) {
-	control, err := filepath.Abs("../../plugin/mps/testdata/nvidia-cuda-mps-control")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := kubeletsim.ShortTempDir(t)
 	mpsRoot := kubeletsim.ShortTempDir(t)
 	t.Cleanup(func() { killFakeDaemons(t, mpsRoot) })
@@ -381,18 +382,18 @@ func TestRunSupervisesMPSDaemons(t *testing.T) {
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, rulesFile, mpsRules)
 	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir, "--rules", rulesFile,
-		"--mps-root", mpsRoot, "--mps-control", control, "--mps-check-interval", "50ms")
+		"--mps-root", mpsRoot, "--mps-check-interval", "50ms")
 
 	eventually(t, "the MPS resource is advertised with 2x4 replicas", func() bool {
 		total, _ := k.Capacity("example.com/gpu.mps")
 		return total == 8
 	})
-	log := filepath.Join(mpsRoot, "example.com_gpu.mps", "pipe", "fake-commands.log")
+	log := filepath.Join(mpsRoot, "example.com_gpu.mps", "log", mpscontrol.LogFile)
 	data, err := os.ReadFile(log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"set_default_active_thread_percentage 25", "set_default_device_pinned_mem_limit GPU-", "CUDA_VISIBLE_DEVICES=GPU-"} {
+	for _, want := range []string{"command: set_default_active_thread_percentage 25", "command: set_default_device_pinned_mem_limit GPU-", "CUDA_VISIBLE_DEVICES=GPU-"} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("the control daemon did not receive %q:\n%s", want, data)
 		}

@@ -11,8 +11,13 @@
 // plugin ignores a rename other than renameByDefault's "<name>.shared", a
 // devices list or count, and the resources patterns (each with a warning),
 // so the converted rules ignore them too and say how to get them with
-// featureplug. Every other field without an equivalent is a warning that
-// says what to do instead.
+// featureplug. The flags featureplug's agent has too (the device-list and
+// device-ID strategies, the CDI annotation prefix, GFD's interval and
+// timestamp) are Settings: flags of featureplug run, which `run --rules`
+// with the config applies and `rules import` names in the file's header.
+// passDeviceSpecs: true, which featureplug cannot give, is Refused. Every
+// other field without an equivalent is a warning that says what to do
+// instead.
 //
 // Several named configs (the keys of a ConfigMap, or files named after the
 // config) become one rules file whose rules select nodes by the
@@ -107,8 +112,12 @@ type Config struct {
 	TimeSlicing, MPS *Replicated
 	// Patterns counts the entries of resources.gpus and resources.mig.
 	Patterns int
+	// Settings are the flags featureplug's agent applies itself
+	// (settings.go), in field order.
+	Settings []Setting
 
 	warnings []string
+	refused  []string
 }
 
 // Replicated is sharing.timeSlicing or sharing.mps.
@@ -138,6 +147,11 @@ type Resource struct {
 // Warnings returns what the config asks for that the conversion cannot
 // give, each naming the file, config and field and saying what to do.
 func (c *Config) Warnings() []string { return slices.Clone(c.warnings) }
+
+// Refused returns what the config asks for that featureplug cannot give
+// and whose loss would change what containers get, each saying what to do
+// instead; `run --rules` refuses such a config.
+func (c *Config) Refused() []string { return slices.Clone(c.refused) }
 
 // parser walks one decoded config, collecting errors and warnings.
 type parser struct {
@@ -216,22 +230,17 @@ var flagAdvice = map[string]string{
 	"gfd":                     "",
 }
 
-// pluginAdvice is flagAdvice for flags.plugin.*.
+// pluginAdvice is flagAdvice for flags.plugin.*; the fields featureplug's
+// agent honours (settingSpecs) are not here.
 var pluginAdvice = map[string]string{
-	"passDeviceSpecs":     "not offered: use the NVIDIA container runtime or CDI (featureplug run --device-list-strategy cdi-annotations or cdi-cri)",
-	"deviceListStrategy":  "use featureplug run --device-list-strategy (envvar, volume-mounts, cdi-annotations or cdi-cri)",
-	"deviceIDStrategy":    "use featureplug run --device-id-strategy (uuid or index)",
-	"cdiAnnotationPrefix": "use featureplug run --cdi-annotation-prefix",
-	"nvidiaCTKPath":       "featureplug writes CDI specs without nvidia-ctk; the CDI hook path is not configurable",
+	"nvidiaCTKPath":       "featureplug writes CDI specs without nvidia-ctk; the CDI hook path is set with featureplug run --cdi-hook-path",
 	"containerDriverRoot": "featureplug reads the driver from the root it is deployed with (Helm driverRoot, kustomize components/driver-root)",
 }
 
 // gfdAdvice is flagAdvice for flags.gfd.*.
 var gfdAdvice = map[string]string{
 	"oneshot":         "featureplug always runs as a daemon; use featureplug discover for a one-shot listing",
-	"noTimestamp":     "featureplug writes no nvidia.com/gfd.timestamp label by default",
-	"sleepInterval":   "use featureplug run --rediscover-interval (labels are written only when they change)",
-	"outputFile":      "use featureplug run --publish file --features-file PATH (kustomize overlays/features-d)",
+	"outputFile":      "featureplug publishes a NodeFeature (the same labels); for nfd-worker's feature file use featureplug run --publish file --features-file PATH (kustomize overlays/features-d)",
 	"machineTypeFile": "featureplug reads the machine type from DMI; nothing to set",
 }
 
@@ -264,8 +273,13 @@ func (p *parser) flags(v any) {
 				continue
 			}
 			for _, sk := range sortedKeys(sub) {
-				if a, known := advice[sk]; known {
-					p.warn(f+"."+sk, scalar(sub[sk]), "no equivalent in the rules: "+a)
+				field := f + "." + sk
+				if _, honoured := settingSpecs[field]; honoured {
+					p.setting(field, sub[sk])
+				} else if field == "flags.plugin.passDeviceSpecs" {
+					p.passDeviceSpecs(field, sub[sk])
+				} else if a, known := advice[sk]; known {
+					p.warn(field, scalar(sub[sk]), "no equivalent in the rules: "+a)
 				} else {
 					p.warn(f+"."+sk, "", "unknown field, ignored (NVIDIA's plugin ignores it too)")
 				}
@@ -279,6 +293,16 @@ func (p *parser) flags(v any) {
 				p.warn(f, "", "unknown field, ignored (NVIDIA's plugin ignores it too)")
 			}
 		}
+	}
+}
+
+// passDeviceSpecs reads flags.plugin.passDeviceSpecs: true asks for the
+// device nodes in every Allocate response, which featureplug does not give.
+func (p *parser) passDeviceSpecs(field string, v any) {
+	b, ok := p.boolean(field, v)
+	if ok && b {
+		p.refuse(field, "true", "featureplug does not pass device nodes in Allocate responses: give containers their device nodes through CDI "+
+			"(featureplug run --device-list-strategy cdi-annotations or cdi-cri, which write them into the CDI spec) and remove the field")
 	}
 }
 
@@ -595,7 +619,16 @@ func scalar(v any) string {
 	case bool:
 		return strconv.FormatBool(v)
 	case []any:
-		return "a list"
+		const limit = 8
+		parts := make([]string, 0, min(len(v), limit+1))
+		for i, e := range v {
+			if i == limit {
+				parts = append(parts, fmt.Sprintf("... %d more", len(v)-limit))
+				break
+			}
+			parts = append(parts, scalar(e))
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
 	case map[string]any:
 		return "a mapping"
 	}

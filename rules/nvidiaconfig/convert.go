@@ -39,6 +39,12 @@ type Result struct {
 	// Warnings are what the configs ask for that the rules cannot give,
 	// each saying what to do.
 	Warnings []string
+	// Settings are the configs' flags that featureplug's agent applies
+	// itself (the same for every config: one agent serves every node).
+	Settings []Setting
+	// Refused are what the configs ask for that featureplug cannot give
+	// and whose loss would change what containers get.
+	Refused []string
 }
 
 // Convert turns NVIDIA device-plugin configs into one rules file. One
@@ -75,7 +81,15 @@ func Convert(cfgs []*Config, opts Options) (*Result, error) {
 
 	w := &writer{}
 	res := &Result{}
-	w.header(cfgs, def)
+	settings, err := mergeSettings(cfgs)
+	if err != nil {
+		return nil, err
+	}
+	res.Settings = settings
+	for _, c := range cfgs {
+		res.Refused = append(res.Refused, c.refused...)
+	}
+	w.header(cfgs, def, settings)
 	named := len(cfgs) > 1 || cfgs[0].Name != ""
 	all := sortedNames(cfgs)
 	for _, c := range cfgs {
@@ -362,7 +376,7 @@ func (w *writer) line(indent int, s string) {
 }
 
 // header writes the file's head.
-func (w *writer) header(cfgs []*Config, def string) {
+func (w *writer) header(cfgs []*Config, def string, settings []Setting) {
 	w.comment("Converted by `featureplug rules import` from NVIDIA device-plugin configs:")
 	for _, c := range cfgs {
 		s := "  " + c.File
@@ -377,8 +391,20 @@ func (w *writer) header(cfgs []*Config, def string) {
 		}
 		w.comment(s)
 	}
-	w.comment("Each rule's comment names the field it comes from. Check it with:")
-	w.comment("  featureplug rules explain --rules FILE --node-labels " + NodeLabel + "=NAME")
+	if len(settings) > 0 {
+		w.comment("A rules file cannot carry these flags of the configs; run the agent with them")
+		w.comment("(featureplug run --rules with the config itself applies them):")
+		for _, s := range settings {
+			w.comment(fmt.Sprintf("  %s   (%s %s)", s, s.Field, s.Written))
+		}
+	}
+	w.comment("Each rule's comment names the field it comes from. Check it, on a fake node")
+	w.comment("like the nodes it is for (or on the node itself, without --fake-node), with:")
+	explain := "  featureplug rules explain --rules FILE --fake-node dgx-h100"
+	if len(cfgs) > 1 || cfgs[0].Name != "" {
+		explain += " --node-labels " + NodeLabel + "=NAME"
+	}
+	w.comment(explain)
 	w.line(0, "apiVersion: featureplug.io/v1alpha1")
 	w.line(0, "kind: ResourceRules")
 	w.line(0, "rules:")

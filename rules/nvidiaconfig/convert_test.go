@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,12 +80,13 @@ func advertisedBy(t *testing.T, rs *rules.RuleSet, inv *discovery.Inventory, lab
 func TestImportAdvertisesWhatNVIDIADoes(t *testing.T) {
 	ts, mps, none := plan.SharingTimeSlicing, plan.SharingMPS, plan.SharingNone
 	tests := []struct {
-		file    string
-		def     string
-		node    string
-		labels  map[string]string
-		want    map[string]advertised
-		warning []string // substrings, one warning each
+		file     string
+		def      string
+		node     string
+		labels   map[string]string
+		want     map[string]advertised
+		warning  []string // substrings, one warning each
+		settings []string // the agent flags the config sets
 	}{
 		{file: "time-slicing.yaml", node: "dgx-h100",
 			want: map[string]advertised{"nvidia.com/gpu": {8, 10, ts, false}}},
@@ -94,12 +96,10 @@ func TestImportAdvertisesWhatNVIDIADoes(t *testing.T) {
 			want: map[string]advertised{"nvidia.com/gpu": {4, 4, ts, false}},
 			warning: []string{
 				`rename.yaml: flags.failOnInitError: no equivalent in the rules`,
-				`flags.plugin.deviceIDStrategy: no equivalent in the rules: use featureplug run --device-id-strategy (uuid or index) (have "uuid")`,
-				`flags.plugin.deviceListStrategy: no equivalent in the rules: use featureplug run --device-list-strategy`,
-				`flags.plugin.passDeviceSpecs: no equivalent in the rules`,
 				`sharing.timeSlicing.resources[0].rename: ignored, as NVIDIA's plugin ignores it (advertised as nvidia.com/gpu)`,
-				`sharing.timeSlicing.resources[0].devices: ignored, as NVIDIA's plugin ignores it`,
-			}},
+				`sharing.timeSlicing.resources[0].devices: ignored, as NVIDIA's plugin ignores it (every device of the resource is shared); to share only some devices with featureplug, give them a rule of their own, matching nvidia.gpu index or uuid, with its own resource name (have [0, 1])`,
+			},
+			settings: []string{"--device-id-strategy=uuid", "--device-list-strategy=envvar"}},
 		{file: "mps.yaml", node: "hgx-b200",
 			want: map[string]advertised{"nvidia.com/gpu": {8, 10, mps, true}}},
 		// dgx-a100: GPUs 0-1 hold 3g.20gb, 2g.10gb and 2x 1g.5gb; GPUs 2-3
@@ -165,6 +165,13 @@ func TestImportAdvertisesWhatNVIDIADoes(t *testing.T) {
 				if got[name] != w {
 					t.Errorf("%s: advertised %v, want %v\n%s", name, got[name], w, res.Rules)
 				}
+			}
+			var settings []string
+			for _, st := range res.Settings {
+				settings = append(settings, st.String())
+			}
+			if !slices.Equal(settings, tt.settings) {
+				t.Errorf("settings %q, want %q", settings, tt.settings)
 			}
 			if len(res.Warnings) != len(tt.warning) {
 				t.Errorf("warnings:\n%s\nwant %d containing %q", strings.Join(res.Warnings, "\n"), len(tt.warning), tt.warning)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh builds the real Kubernetes components the end-to-end tests run
 # (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-# nfd-master, and containerd 2 with ctr and its runc shim) at pinned
+# nfd-master, containerd 2 with ctr and its runc shim, and kubectl for the
+# documentation's commands) at pinned
 # versions into a cache directory outside the clone, skipping binaries that are
 # already there.
 #
@@ -14,7 +15,8 @@
 #   FEATUREPLUG_CACHE       cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/featureplug)
 #   FEATUREPLUG_COMPONENTS  space-separated subset to build
 #                           (default "etcd kube-apiserver nfd-master kubelet
-#                           kube-controller-manager kube-scheduler containerd")
+#                           kube-controller-manager kube-scheduler containerd
+#                           kubectl")
 #
 # Each component is built with `go build` from a scratch Go module kept under
 # the cache directory (never in the clone), so the module proxy and the Go
@@ -36,7 +38,7 @@ CACHE_ROOT=${FEATUREPLUG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/featureplug}
 SET_VERSION="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_nfd-${NFD_VERSION}"
 BIN_DIR="${CACHE_ROOT}/bin/${SET_VERSION}"
 SRC_DIR="${CACHE_ROOT}/src/${SET_VERSION}"
-ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet kube-controller-manager kube-scheduler containerd"
+ALL_COMPONENTS="etcd kube-apiserver nfd-master kubelet kube-controller-manager kube-scheduler containerd kubectl"
 # The binaries the containerd component installs (ctr imports the tests'
 # images; the shim runs runc).
 CONTAINERD_BINARIES="containerd ctr containerd-shim-runc-v2"
@@ -220,6 +222,12 @@ build_kubelet() {
 	build kubelet "$(kube_module)" k8s.io/kubernetes/cmd/kubelet "$(kube_ldflags)"
 }
 
+# kubectl runs the README's and docs' kubectl commands against the harness's
+# kube-apiserver (test/e2e/docs_test.go); same module, same packages.
+build_kubectl() {
+	build kubectl "$(kube_module)" k8s.io/kubernetes/cmd/kubectl "$(kube_ldflags)"
+}
+
 build_nfd_master() {
 	local dir="$SRC_DIR/nfd"
 	write_module "$dir" "module featureplug.local/components/nfd
@@ -271,6 +279,7 @@ for c in $COMPONENTS; do
 	kube-scheduler) build_kube_scheduler ;;
 	nfd-master) build_nfd_master ;;
 	containerd) build_containerd ;;
+	kubectl) build_kubectl ;;
 	esac
 	built=$((built + 1))
 done

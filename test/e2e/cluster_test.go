@@ -32,6 +32,17 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, kube-apiserver, nfd-master and featureplug")
 	}
+	c := startCluster(t)
+	t.Run("PublishThroughNFDMaster", c.testPublish)
+	t.Run("PublishWithoutMIG", c.testPublishWithoutMIG)
+	t.Run("KubeletAllocation", c.testKubelet)
+	t.Run("PoolsAndRulesEdits", c.testPools)
+}
+
+// startCluster starts kube-apiserver with etcd and nfd-master, and creates
+// the agents' namespace.
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
 	api := harness.StartAPIServer(t)
 	c := &cluster{api: api, master: harness.StartNFDMaster(t, api, nfdMasterNode)}
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -39,10 +50,7 @@ func TestCluster(t *testing.T) {
 	if err := api.CreateNamespace(ctx, agentNamespace); err != nil {
 		t.Fatal(err)
 	}
-	t.Run("PublishThroughNFDMaster", c.testPublish)
-	t.Run("PublishWithoutMIG", c.testPublishWithoutMIG)
-	t.Run("KubeletAllocation", c.testKubelet)
-	t.Run("PoolsAndRulesEdits", c.testPools)
+	return c
 }
 
 // node registers a Node with extra labels, the way a kubelet would (plus

@@ -18,8 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-
-	"github.com/featureplug/featureplug/test/harness"
 )
 
 // Annotations and the Event reason the agent records (cmd/internal/agent
@@ -41,21 +39,18 @@ type explainNode struct {
 // with the rules of the agents' ConfigMap ("mixed"), and checks from the
 // cluster alone: `rules explain --node` prints what `rules explain
 // --fake-node` prints on each node; `rules diff` of a hand-written edit
-// shows exactly the expected changes per node and exits non-zero for an
-// edit that leaves the workstation with nothing; after the edit reaches the
-// running agents, each Node has a ResourcesChanged Event and each
-// NodeFeature the new digest and resources, which `rules diff` then reads.
+// shows exactly the expected changes per node against what they serve and
+// blocks the edit's losses; after the edit reaches the running agents, each
+// Node has a ResourcesChanged Event and each NodeFeature the new digest and
+// resources, which `rules diff` then reads.
 func TestExplainCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, kube-apiserver, nfd-master and three agents")
 	}
-	api := harness.StartAPIServer(t)
-	c := &cluster{api: api, master: harness.StartNFDMaster(t, api, nfdMasterNode)}
+	c := startCluster(t)
+	api := c.api
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	if err := api.CreateNamespace(ctx, agentNamespace); err != nil {
-		t.Fatal(err)
-	}
 	mixed, err := os.ReadFile(filepath.Join(build.root, "rules", "builtin", "mixed.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -125,50 +120,47 @@ func TestExplainCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := "time-slicing x2"
 	t.Run("DiffEdit", func(t *testing.T) {
-		got := explainDiff(t, 0, "--rules", edit, "--kubeconfig", api.KubeconfigPath)
-		want := explainDiffReport{
-			Rules: edit, RulesDigest: explainDigest(editData),
-			Current: "configmap featureplug/featureplug-rules rules.yaml", CurrentDigest: explainDigest(mixed),
-			Nodes: 4, // and nfd-master's node, which has no GPUs
-			Groups: []explainDiffGroup{
-				{Nodes: []string{"explain-dgx-a100"}, Runs: "current",
-					Changes: []explainChange{
-						{Resource: "example.com/a100-40gb", ToDevices: 4, ToSharing: "none"},
-						{Resource: "nvidia.com/gpu", FromDevices: 4, FromSharing: "none"},
-						{Resource: "nvidia.com/mig-1g.5gb", FromDevices: 6, FromSharing: "none"},
-					},
-					Unclaimed: []string{
-						"GPU 0 MIG 2 (1g.5gb): was nvidia.com/mig-1g.5gb", "GPU 0 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb",
-						"GPU 1 MIG 2 (1g.5gb): was nvidia.com/mig-1g.5gb", "GPU 1 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb",
-						"GPU 2 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb", "GPU 3 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb",
-					}},
-				{Nodes: []string{"explain-dgx-h100"}, Runs: "current",
-					Changes: []explainChange{{Resource: "nvidia.com/gpu", FromDevices: 8, ToDevices: 8, FromSharing: "none", ToSharing: ts}}},
-				{Nodes: []string{"explain-workstation"}, Runs: "current",
-					Changes: []explainChange{{Resource: "nvidia.com/gpu", FromDevices: 1, ToDevices: 1, FromSharing: "none", ToSharing: ts}}},
-				{Nodes: []string{nfdMasterNode}, Runs: "unknown",
-					Notes: []string{fmt.Sprintf("node %s: no featureplug NodeFeature (featureplug-%s): the agent has not published its features", nfdMasterNode, nfdMasterNode)}},
-			},
+		// What the nodes serve is what the ConfigMap's rules give: the
+		// edit takes the A100s' nvidia.com/gpu and 1g.5gb slices away.
+		got := runDiff(t, 1, "--rules", edit, "--kubeconfig", api.KubeconfigPath)
+		if got.Rules != edit || got.RulesDigest != explainDigest(editData) || got.Baseline != "served" ||
+			got.ConfigMap == nil || got.ConfigMap.Digest != explainDigest(mixed) || got.Nodes != 4 || got.BlockedNodes != 1 ||
+			!reflect.DeepEqual(got.WithoutAgent, []string{nfdMasterNode}) || len(got.Groups) != 3 {
+			t.Fatalf("rules diff:\n%s", explainJSON(got))
 		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("rules diff:\n%s\nwant:\n%s", explainJSON(got), explainJSON(want))
+		a100 := got.group(t, "explain-dgx-a100")
+		if a100.Runs != "configmap" || !reflect.DeepEqual(a100.ops(), []string{"added example.com/a100-40gb", "removed nvidia.com/gpu !", "removed nvidia.com/mig-1g.5gb !"}) {
+			t.Errorf("DGX A100: %s", explainJSON(a100))
+		}
+		var unclaimed []string
+		for _, d := range a100.Unclaimed {
+			unclaimed = append(unclaimed, d.Description+": was "+d.Was)
+		}
+		if want := []string{
+			"GPU 0 MIG 2 (1g.5gb): was nvidia.com/mig-1g.5gb", "GPU 0 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb",
+			"GPU 1 MIG 2 (1g.5gb): was nvidia.com/mig-1g.5gb", "GPU 1 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb",
+			"GPU 2 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb", "GPU 3 MIG 3 (1g.5gb): was nvidia.com/mig-1g.5gb",
+		}; !reflect.DeepEqual(unclaimed, want) {
+			t.Errorf("DGX A100 devices without a resource: %q, want %q", unclaimed, want)
+		}
+		for node, devices := range map[string]int{"explain-dgx-h100": 8, "explain-workstation": 1} {
+			g := got.group(t, node)
+			if g.Runs != "configmap" || !reflect.DeepEqual(g.ops(), []string{"sharing-changed nvidia.com/gpu"}) ||
+				*g.Changes[0].To != (diffResource{Devices: devices, Capacity: 2 * devices, Sharing: "time-slicing x2", Serve: "device-plugin"}) {
+				t.Errorf("%s: %s", node, explainJSON(g))
+			}
 		}
 	})
 
 	t.Run("DiffLeavesWorkstationWithNothing", func(t *testing.T) {
-		got := explainDiff(t, 1, "--rules", broken, "--kubeconfig", api.KubeconfigPath, "--selector", "explain=true")
-		if !got.Failed {
-			t.Error("the report does not say it failed")
-		}
-		for _, g := range got.Groups {
-			if want := g.Nodes[0] == "explain-workstation"; g.LosesAll != want {
-				t.Errorf("nodes %v: losesAll %v, want %v", g.Nodes, g.LosesAll, want)
-			}
+		got := runDiff(t, 1, "--rules", broken, "--kubeconfig", api.KubeconfigPath, "--selector", "explain=true")
+		if g := got.group(t, "explain-workstation"); !g.Blocked || !reflect.DeepEqual(g.ops(), []string{"removed nvidia.com/gpu !"}) {
+			t.Errorf("workstation: %s", explainJSON(g))
 		}
 		out := explainRun(t, 1, "rules", "diff", "--rules", broken, "--kubeconfig", api.KubeconfigPath)
-		if !strings.Contains(out, "explain-workstation (1)\n  runs      current rules\n  - nvidia.com/gpu: 1 -> 0 devices\n  no resource  GPU 0 NVIDIA L4: was nvidia.com/gpu\n  LOSES EVERY RESOURCE\n") {
+		if !strings.Contains(out, "explain-workstation (1 node)\n  runs      the ConfigMap's rules\n  - nvidia.com/gpu: 1 device  [loss: blocks]\n"+
+			"  no resource  GPU 0 NVIDIA L4 (GPU-") || !strings.Contains(out, "): was nvidia.com/gpu\n  BLOCKED\n") {
 			t.Errorf("the table does not show the workstation losing its GPU:\n%s", out)
 		}
 	})
@@ -198,15 +190,15 @@ func TestExplainCluster(t *testing.T) {
 			explainWaitEvent(t, c, n.name, first[n.name])
 			explainWaitEvent(t, c, n.name, changes[n.name])
 		}
-		// The ConfigMap still holds "mixed": the diff against it shows
-		// the nodes running the new rules already.
-		got := explainDiff(t, 0, "--rules", edit, "--kubeconfig", api.KubeconfigPath, "--selector", "explain=true")
-		if len(got.Groups) != 3 {
-			t.Errorf("%d groups, want one per node: %s", len(got.Groups), explainJSON(got))
+		// The ConfigMap still holds "mixed": the nodes serve the new
+		// rules already, and the diff says so.
+		got := runDiff(t, 0, "--rules", edit, "--kubeconfig", api.KubeconfigPath, "--selector", "explain=true")
+		if len(got.Groups) != 1 || len(got.Groups[0].Nodes) != 3 {
+			t.Errorf("%d groups, want one of the three nodes: %s", len(got.Groups), explainJSON(got))
 		}
 		for _, g := range got.Groups {
-			if g.Runs != "new" {
-				t.Errorf("nodes %v after the edit: runs %q rules, want the new", g.Nodes, g.Runs)
+			if g.Runs != "proposed" || len(g.Changes) != 0 {
+				t.Errorf("nodes %v after the edit: runs %q rules, changes %q; want the proposed, no change", g.Nodes, g.Runs, g.ops())
 			}
 		}
 	})
@@ -221,6 +213,13 @@ func explainDigest(data []byte) string {
 // explainRun runs the featureplug binary and returns its stdout; it fails
 // the test unless it exits with code.
 func explainRun(t *testing.T, code int, args ...string) string {
+	t.Helper()
+	return explainRunWith(t, code, nil, args...)
+}
+
+// explainRunWith is explainRun that also hands both outputs to seen (when
+// set).
+func explainRunWith(t *testing.T, code int, seen func(stdout, stderr string), args ...string) string {
 	t.Helper()
 	cmd := exec.Command(build.agent, args...)
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT=")
@@ -237,6 +236,9 @@ func explainRun(t *testing.T, code int, args ...string) string {
 	}
 	if got != code {
 		t.Fatalf("featureplug %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), got, code, out.String(), errOut.String())
+	}
+	if seen != nil {
+		seen(out.String(), errOut.String())
 	}
 	return out.String()
 }
@@ -258,53 +260,45 @@ func explainJSON(v any) string {
 	return string(b)
 }
 
-// explainDiffReport is `featureplug rules diff -o json` as tools read it.
-type explainDiffReport struct {
-	Rules         string             `json:"rules"`
-	RulesDigest   string             `json:"rulesDigest"`
-	Current       string             `json:"current"`
-	CurrentDigest string             `json:"currentDigest"`
-	Nodes         int                `json:"nodes"`
-	Failed        bool               `json:"failed"`
-	Groups        []explainDiffGroup `json:"groups"`
+// explainServedValue is the featureplug.io/resources annotation as an
+// admin reads it with kubectl.
+type explainServedValue struct {
+	DefaultServe string                  `json:"defaultServe"`
+	Resources    []explainServedResource `json:"resources"`
 }
 
-type explainDiffGroup struct {
-	Nodes     []string        `json:"nodes"`
-	Runs      string          `json:"runs"`
-	Digest    string          `json:"digest,omitempty"`
-	Changes   []explainChange `json:"changes,omitempty"`
-	Unclaimed []string        `json:"unclaimed,omitempty"`
-	Problems  []string        `json:"problems,omitempty"`
-	Error     string          `json:"error,omitempty"`
-	LosesAll  bool            `json:"losesAll,omitempty"`
-	Notes     []string        `json:"notes,omitempty"`
+type explainServedResource struct {
+	Name    string `json:"name"`
+	Count   int    `json:"count"`
+	Serve   string `json:"serve"`
+	Sharing *struct {
+		Strategy                   string `json:"strategy"`
+		Replicas                   int    `json:"replicas"`
+		FailRequestsGreaterThanOne bool   `json:"failRequestsGreaterThanOne"`
+	} `json:"sharing,omitempty"`
+	Devices []string `json:"devices"`
 }
 
-type explainChange struct {
-	Resource    string `json:"resource"`
-	FromDevices int    `json:"fromDevices"`
-	ToDevices   int    `json:"toDevices"`
-	FromSharing string `json:"fromSharing,omitempty"`
-	ToSharing   string `json:"toSharing,omitempty"`
-}
-
-// explainDiff runs `featureplug rules diff -o json ARGS` and reads its
-// report.
-func explainDiff(t *testing.T, code int, args ...string) explainDiffReport {
+// explainServed reads what a node's NodeFeature records it serves.
+func explainServed(t *testing.T, c *cluster, node string) explainServedValue {
 	t.Helper()
-	out := explainRun(t, code, append([]string{"rules", "diff", "-o", "json"}, args...)...)
-	var rep explainDiffReport
-	dec := json.NewDecoder(strings.NewReader(out))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rep); err != nil {
-		t.Fatalf("rules diff -o json: %v:\n%s", err, out)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	nf, err := c.api.NFD.NfdV1alpha1().NodeFeatures(agentNamespace).Get(ctx, nodeFeatureName(node), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return rep
+	var s explainServedValue
+	dec := json.NewDecoder(strings.NewReader(nf.Annotations[explainResourcesAnnotation]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		t.Fatalf("%s of %s: %v: %q", explainResourcesAnnotation, node, err, nf.Annotations[explainResourcesAnnotation])
+	}
+	return s
 }
 
 // explainWaitAnnotations waits until the node's NodeFeature records the
-// rules digest and resources.
+// rules digest and serves the resources ("name=count,...", diffServedCounts).
 func explainWaitAnnotations(t *testing.T, c *cluster, node, digest, resources string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -315,7 +309,7 @@ func explainWaitAnnotations(t *testing.T, c *cluster, node, digest, resources st
 			return false, err.Error()
 		}
 		d, r := nf.Annotations[explainDigestAnnotation], nf.Annotations[explainResourcesAnnotation]
-		return d == digest && r == resources, fmt.Sprintf("annotations %s=%q %s=%q", explainDigestAnnotation, d, explainResourcesAnnotation, r)
+		return d == digest && diffServedCounts(t, r) == resources, fmt.Sprintf("annotations %s=%q %s=%q", explainDigestAnnotation, d, explainResourcesAnnotation, r)
 	}); err != nil {
 		t.Fatalf("NodeFeature of %s: want digest %s and resources %q: %v", node, digest, resources, err)
 	}

@@ -240,10 +240,23 @@ func TestFault15BadCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs featureplug")
 	}
-	for _, args := range [][]string{{"rules", "frobnicate"}, {"frobnicate"}, {"rules", "check", "--frobnicate"}} {
+	// Usage errors exit 2 everywhere: unknown commands and flags, bad
+	// arguments, rules files that do not exist.
+	for _, args := range [][]string{{"rules", "frobnicate"}, {"frobnicate"}, {"rules", "check", "--frobnicate"},
+		{"rules", "explain", "--frobnicate"}, {"discover", "--frobnicate"}, {"rules", "check", "frobnicate.yaml"},
+		{"run", "--rules", "frobnicate.yaml", "--fake-node", "dgx-a100", "--publish", "none"}} {
 		_, stderr, code := rulesFaultCLI(t, args...)
-		if code == 0 || !strings.Contains(stderr, "frobnicate") {
-			t.Errorf("featureplug %v: exit %d, stderr:\n%s", args, code, stderr)
+		if code != 2 || !strings.Contains(stderr, "frobnicate") {
+			t.Errorf("featureplug %v: exit %d, want 2; stderr:\n%s", args, code, stderr)
+		}
+	}
+	if _, stderr, _ := rulesFaultCLI(t, "run", "--rules", "frobnicate.yaml", "--fake-node", "dgx-a100"); !strings.Contains(stderr, "--wait-for-rules") {
+		t.Errorf("run with a missing rules file does not name --wait-for-rules:\n%s", stderr)
+	}
+	// One way to give a rules file: --rules, or the argument.
+	for _, args := range [][]string{{"rules", "check", "--rules", "mixed"}, {"rules", "explain", "mixed", "--fake-node", "dgx-a100"}} {
+		if _, stderr, code := rulesFaultCLI(t, args...); code != 0 {
+			t.Errorf("featureplug %v: exit %d\n%s", args, code, stderr)
 		}
 	}
 	_, stderr, _ := rulesFaultCLI(t, "rules", "frobnicate")

@@ -36,6 +36,10 @@ var build struct {
 // product module itself (so that its own go.mod and go.sum decide the
 // dependencies), unless -short skips the end-to-end tests.
 func TestMain(m *testing.M) {
+	// Run as the documentation's kubectl or helm (docs_shim_test.go).
+	if os.Getenv(docsShimEnv) != "" {
+		os.Exit(docsShim())
+	}
 	flag.Parse()
 	if testing.Short() {
 		os.Exit(m.Run())

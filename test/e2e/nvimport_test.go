@@ -27,13 +27,8 @@ func TestNVImportPerNodeConfigs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, kube-apiserver, nfd-master and featureplug")
 	}
-	api := harness.StartAPIServer(t)
-	c := &cluster{api: api, master: harness.StartNFDMaster(t, api, nfdMasterNode)}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	if err := api.CreateNamespace(ctx, agentNamespace); err != nil {
-		t.Fatal(err)
-	}
+	c := startCluster(t)
+	api := c.api
 
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	cmd := exec.Command(build.agent, "rules", "import", "--default-config", "b",

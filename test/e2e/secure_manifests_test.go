@@ -29,8 +29,9 @@ var secureDefaultHostPaths = []string{"hostPath:/var/lib/featureplug:rw", "hostP
 // TestSecureDefaultsUnprivileged checks the default renderings of both
 // overlays and of the chart: no privileged container, no added capability
 // (all dropped), no privilege escalation, no host namespace, a read-only
-// root, seccomp RuntimeDefault, NVML through the nvidia RuntimeClass, and
-// only the host paths the agent needs.
+// root, seccomp RuntimeDefault, NVML from the NVIDIA runtime as the
+// default runtime (no runtimeClassName, as in NVIDIA's chart), and only the
+// host paths the agent needs.
 func TestSecureDefaultsUnprivileged(t *testing.T) {
 	for label, tc := range map[string]struct {
 		objs      func(t *testing.T) []*unstructured.Unstructured
@@ -55,8 +56,8 @@ func TestSecureDefaultsUnprivileged(t *testing.T) {
 			if pod.HostIPC || pod.HostPID || pod.HostNetwork {
 				t.Errorf("host namespaces: hostIPC %v, hostPID %v, hostNetwork %v; want none", pod.HostIPC, pod.HostPID, pod.HostNetwork)
 			}
-			if pod.RuntimeClassName == nil || *pod.RuntimeClassName != "nvidia" {
-				t.Errorf("runtimeClassName %v, want nvidia (NVML from the NVIDIA runtime)", pod.RuntimeClassName)
+			if pod.RuntimeClassName != nil {
+				t.Errorf("runtimeClassName %s, want none (NVML from the default runtime, as NVIDIA's chart does)", *pod.RuntimeClassName)
 			}
 			if len(pod.InitContainers) != 0 || len(pod.Containers) != 1 {
 				t.Errorf("%d init containers and %d containers, want the agent alone", len(pod.InitContainers), len(pod.Containers))
@@ -125,11 +126,9 @@ func TestSecureOptionsAddExactlyTheirPrivileges(t *testing.T) {
 		"rbac:" + secureRight("resource.k8s.io", "resourceclaims", "", "get"),
 	}}
 	driverRoot := func(path string) secureChange {
-		return secureChange{
-			added:   []string{"privileged", "allowPrivilegeEscalation", "hostPath:" + path + ":ro"},
-			removed: []string{"runtimeClass:nvidia"},
-		}
+		return secureChange{added: []string{"privileged", "allowPrivilegeEscalation", "hostPath:" + path + ":ro"}}
 	}
+	runtimeClass := secureChange{added: []string{"runtimeClass:nvidia"}}
 	kustomizeBase := secureOptionProfile(t, secureKustomize(t, "overlays/nodefeature"))
 	helmBase := secureOptionProfile(t, secureHelm(t, "featureplug", nil))
 	for _, tc := range []struct {
@@ -144,6 +143,8 @@ func TestSecureOptionsAddExactlyTheirPrivileges(t *testing.T) {
 		{label: "components/driver-root", objs: secureComponent("driver-root"), change: driverRoot("/")},
 		{label: "components/driver-container", objs: secureComponent("driver-container"), change: driverRoot("/run/nvidia/driver")},
 		{label: "components/dra", objs: secureComponent("dra"), change: dra},
+		{label: "components/runtimeclass", objs: secureComponent("runtimeclass"), change: runtimeClass},
+		{label: "helm runtimeClassName=nvidia", helm: true, objs: secureHelmWith(map[string]any{"runtimeClassName": "nvidia"}), change: runtimeClass},
 		{label: "helm mps.enabled", helm: true, objs: secureHelmWith(map[string]any{"mps": map[string]any{"enabled": true}}), change: mps},
 		{label: "helm deviceListStrategy=cdi-cri", helm: true, objs: secureHelmWith(map[string]any{"deviceListStrategy": []any{"cdi-cri"}}), change: cdi},
 		{label: "helm migMonitorDevices", helm: true, objs: secureHelmWith(map[string]any{"migMonitorDevices": true}), change: mig},

@@ -6,24 +6,26 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/featureplug/featureplug/labeler"
+	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
-// Annotations the agent puts on its NodeFeature, so that `featureplug rules
-// diff` (and an admin with kubectl) can tell which rules a node runs and
-// what it serves.
+// Annotations the agent puts on its NodeFeature (labeler/served.go says
+// what they hold).
 const (
-	// AnnotationRulesDigest is the digest of the rules the served plan
-	// came from (RulesDigest of the file's content, or the builtin's
-	// source, "builtin:<name>").
-	AnnotationRulesDigest = "featureplug.io/rules-digest"
-	// AnnotationResources lists the resources the plan serves with their
-	// device counts, sorted by name: "example.com/a100=4,nvidia.com/gpu=2"
-	// ("" when it serves none).
-	AnnotationResources = "featureplug.io/resources"
+	AnnotationRulesDigest = labeler.AnnotationRulesDigest
+	AnnotationResources   = labeler.AnnotationResources
+	// AnnotationMPSControl says whether the agent can start MPS control
+	// daemons: MPSControlFound, or why not ("nvidia-cuda-mps-control not
+	// found in PATH"), whatever the rules share, so that rules check and
+	// rules explain --node tell before MPS rules reach the node.
+	AnnotationMPSControl = "featureplug.io/mps-control"
+	// MPSControlFound is AnnotationMPSControl's value when the control
+	// program is there.
+	MPSControlFound = "found"
 )
 
 // ReasonResourcesChanged is the reason of the Normal Event the agent
@@ -65,38 +67,6 @@ func rulesDigestOf(rs RuleSet) string {
 	}
 }
 
-// FormatResources writes the resources of a plan with their device counts
-// as AnnotationResources holds them.
-func FormatResources(p *plan.Plan) string {
-	if p == nil {
-		return ""
-	}
-	parts := make([]string, 0, len(p.Resources))
-	for _, r := range p.Resources {
-		parts = append(parts, r.Name+"="+strconv.Itoa(len(r.Devices)))
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, ",")
-}
-
-// ParseResources reads an AnnotationResources value back: device counts by
-// resource name.
-func ParseResources(s string) (map[string]int, error) {
-	out := map[string]int{}
-	if s == "" {
-		return out, nil
-	}
-	for _, part := range strings.Split(s, ",") {
-		name, count, ok := strings.Cut(part, "=")
-		n, err := strconv.Atoi(count)
-		if !ok || name == "" || err != nil || n < 0 {
-			return nil, fmt.Errorf("annotation %s: %q is not resource=count", AnnotationResources, part)
-		}
-		out[name] = n
-	}
-	return out, nil
-}
-
 // explainState is what the agent remembers of the plan it serves for the
 // NodeFeature's annotations and the ResourcesChanged Events (loop
 // goroutine only).
@@ -119,7 +89,12 @@ func (a *Agent) planAnnotations(p *plan.Plan) map[string]string {
 	if p != a.plan {
 		digest = rulesDigestOf(a.ruleSet)
 	}
-	return map[string]string{AnnotationRulesDigest: digest, AnnotationResources: FormatResources(p)}
+	mpsControl := MPSControlFound
+	if _, err := mps.ResolveControlBinary(a.cfg.MPS.ControlBinary); err != nil {
+		mpsControl = err.Error()
+	}
+	return map[string]string{AnnotationRulesDigest: digest, AnnotationResources: labeler.NewServed(p, a.cfg.DefaultServe).String(),
+		AnnotationMPSControl: mpsControl}
 }
 
 // planServed records that p (made by a.ruleSet) now serves, and records a

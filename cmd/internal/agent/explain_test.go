@@ -14,7 +14,9 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
+	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -46,17 +48,6 @@ func TestResourceChanges(t *testing.T) {
 		t.Errorf("first plan: %q", got)
 	}
 
-	s := FormatResources(after)
-	if s != "example.com/a100-40gb=3,nvidia.com/gpu=2,nvidia.com/mig-3g.20gb=1" {
-		t.Errorf("FormatResources = %q", s)
-	}
-	counts, err := ParseResources(s)
-	if err != nil || !reflect.DeepEqual(counts, map[string]int{"example.com/a100-40gb": 3, "nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}) {
-		t.Errorf("ParseResources(%q) = %v, %v", s, counts, err)
-	}
-	if _, err := ParseResources("a=1,b"); err == nil {
-		t.Error("ParseResources accepts a part without a count")
-	}
 }
 
 // TestResourcesChangedEvent: the agent records a Normal ResourcesChanged
@@ -86,6 +77,7 @@ func TestResourcesChangedEvent(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
 		Plugin:             plugin.Options{KubeletDir: t.TempDir()},
+		MPS:                mps.Options{ControlBinary: "/nonexistent/nvidia-cuda-mps-control"},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
 		FileCheckInterval:  50 * time.Millisecond,
@@ -125,16 +117,23 @@ func TestResourcesChangedEvent(t *testing.T) {
 		if c == nil {
 			t.Fatal("nothing published")
 		}
-		want := map[string]string{AnnotationRulesDigest: digest, AnnotationResources: resources}
+		want := map[string]string{AnnotationRulesDigest: digest, AnnotationResources: resources,
+			AnnotationMPSControl: "/nonexistent/nvidia-cuda-mps-control not found"}
 		if !reflect.DeepEqual(c.Annotations, want) {
 			t.Errorf("annotations %v, want %v", c.Annotations, want)
 		}
 	}
-	checkAnnotations(RulesDigest(first), "nvidia.com/gpu=8")
+	served := func(resource string) string {
+		devices := []string{"0", "1", "2", "3", "4", "5", "6", "7"}
+		return labeler.Served{DefaultServe: plan.ServeDevicePlugin, Resources: []labeler.ServedResource{
+			{Name: resource, Count: 8, Serve: plan.ServeDevicePlugin, Devices: devices},
+		}}.String()
+	}
+	checkAnnotations(RulesDigest(first), served("nvidia.com/gpu"))
 
 	if err := os.WriteFile(rulesPath, second, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent("example.com/h100: 0 -> 8 devices, rule h100; nvidia.com/gpu: 8 -> 0 devices, rule gpu")
-	checkAnnotations(RulesDigest(second), "example.com/h100=8")
+	checkAnnotations(RulesDigest(second), served("example.com/h100"))
 }

@@ -58,6 +58,9 @@ type Interface interface {
 	// ResourceClaims reads resource.k8s.io/v1 ResourceClaims in a
 	// namespace (the DRA driver's kubelet side; resourceclaims.go).
 	ResourceClaims(namespace string) ResourceClaims
+	// DeviceClasses lists resource.k8s.io/v1 DeviceClasses (`rules diff`;
+	// deviceclasses.go).
+	DeviceClasses() DeviceClasses
 }
 
 // Nodes is the part of client-go's typed NodeInterface featureplug uses;
@@ -114,7 +117,7 @@ func Scheme() *runtime.Scheme {
 type Client struct {
 	core, nfd rest.Interface
 	// resource speaks resource.k8s.io/v1 (DRA: ResourceSlices,
-	// ResourceClaims).
+	// ResourceClaims, DeviceClasses).
 	resource rest.Interface
 	params   runtime.ParameterCodec
 }

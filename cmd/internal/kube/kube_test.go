@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -76,6 +77,9 @@ func TestClientRequests(t *testing.T) {
 		case strings.Contains(r.URL.Path, "/configmaps/"):
 			kubeWriteJSON(w, corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"},
 				ObjectMeta: metav1.ObjectMeta{Name: "rules"}, Data: map[string]string{"rules.yaml": "x"}})
+		case strings.HasSuffix(r.URL.Path, "/deviceclasses"):
+			kubeWriteJSON(w, resourcev1.DeviceClassList{TypeMeta: metav1.TypeMeta{Kind: "DeviceClassList", APIVersion: "resource.k8s.io/v1"},
+				Items: []resourcev1.DeviceClass{{ObjectMeta: metav1.ObjectMeta{Name: "gpu.example.com"}}}})
 		case strings.Contains(r.URL.Path, "/pods/"):
 			kubeWriteJSON(w, corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
 				ObjectMeta: metav1.ObjectMeta{Name: "featureplug-abcde", Namespace: "featureplug", UID: "pod-uid"}})
@@ -115,6 +119,10 @@ func TestClientRequests(t *testing.T) {
 	if err != nil || pod.UID != "pod-uid" {
 		t.Fatalf("Pods().Get = %+v, %v", pod, err)
 	}
+	classes, err := c.DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil || len(classes.Items) != 1 || classes.Items[0].Name != "gpu.example.com" {
+		t.Fatalf("DeviceClasses().List = %+v, %v", classes, err)
+	}
 
 	want := []kubeRequest{
 		{method: "GET", path: "/api/v1/nodes/n1", query: "resourceVersion=0"},
@@ -126,6 +134,7 @@ func TestClientRequests(t *testing.T) {
 		{method: "PATCH", path: "/api/v1/namespaces/default/events/e1", contentType: string(types.MergePatchType)},
 		{method: "GET", path: "/api/v1/namespaces/featureplug/configmaps/rules"},
 		{method: "GET", path: "/api/v1/namespaces/featureplug/pods/featureplug-abcde"},
+		{method: "GET", path: "/apis/resource.k8s.io/v1/deviceclasses"},
 	}
 	got := seen()
 	if len(got) != len(want) {

@@ -159,8 +159,8 @@ func TestAgentContract(t *testing.T) {
 			switch {
 			case driverRoot && !privileged:
 				t.Errorf("--driver-root without privileged: the container would not see the host's /dev/nvidia*")
-			case !driverRoot && (pod.RuntimeClassName == nil || *pod.RuntimeClassName == ""):
-				t.Errorf("neither a runtimeClassName nor --driver-root: the agent would find no NVML")
+			case driverRoot && pod.RuntimeClassName != nil:
+				t.Errorf("runtimeClassName %s with --driver-root: the driver root replaces the NVIDIA runtime", *pod.RuntimeClassName)
 			case !driverRoot && privileged:
 				t.Errorf("privileged without --driver-root: the NVIDIA runtime needs no privilege")
 			}

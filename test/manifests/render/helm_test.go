@@ -74,6 +74,13 @@ func TestHelmMatchesKustomize(t *testing.T) {
 			},
 		},
 		{
+			name:   "runtimeClassName=nvidia = overlays/nodefeature + components/runtimeclass",
+			values: map[string]any{"runtimeClassName": "nvidia"},
+			kustomize: func(t *testing.T) []*unstructured.Unstructured {
+				return composed(t, "overlays/nodefeature", "components/runtimeclass")
+			},
+		},
+		{
 			name:   "dra.enabled = overlays/nodefeature + components/dra",
 			values: map[string]any{"dra": map[string]any{"enabled": true}},
 			kustomize: func(t *testing.T) []*unstructured.Unstructured {
@@ -254,6 +261,50 @@ func TestHelmRulesSources(t *testing.T) {
 				t.Errorf("rules.yaml:\n%s\nwant:\n%s", got, tc.wantContent)
 			}
 		})
+	}
+}
+
+// TestHelmNotesSayWhereNVMLComesFrom: the NOTES say which source of NVML
+// the release uses, and, without a RuntimeClass or driver root, what to
+// do when the default runtime is not NVIDIA's.
+func TestHelmNotesSayWhereNVMLComesFrom(t *testing.T) {
+	for _, tc := range []struct {
+		values map[string]any
+		want   []string
+	}{
+		{nil, []string{"from the container runtime's default, which must be the NVIDIA runtime", "--set runtimeClassName=nvidia"}},
+		{map[string]any{"runtimeClassName": "nvidia"}, []string{"from the NVIDIA runtime of RuntimeClass nvidia"}},
+		{map[string]any{"driverRoot": "/run/nvidia/driver"}, []string{"from the driver root /run/nvidia/driver on the host (privileged container)"}},
+	} {
+		notes, err := HelmNotes(filepath.Join(manifestsDir(t), "helm", "featureplug"), name, namespace, tc.values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(notes, w) {
+				t.Errorf("values %v: NOTES lack %q:\n%s", tc.values, w, notes)
+			}
+		}
+	}
+}
+
+// TestHelmRefusesNVIDIAValues: a value of NVIDIA's device-plugin chart
+// fails the render with the featureplug value to use, not the schema's
+// "additional properties not allowed".
+func TestHelmRefusesNVIDIAValues(t *testing.T) {
+	for _, tc := range []struct {
+		values map[string]any
+		want   string
+	}{
+		{map[string]any{"migStrategy": "mixed"}, "migStrategy is a value of NVIDIA's device-plugin chart, not featureplug's: the MIG strategy is a builtin rules file: --set rules.builtin=none|single|mixed"},
+		{map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver"}, "nvidiaDriverRoot is a value of NVIDIA's device-plugin chart, not featureplug's: --set driverRoot="},
+		{map[string]any{"config": map[string]any{"name": "time-slicing-config"}}, "--set rules.existingConfigMap=<ConfigMap>"},
+		{map[string]any{"failOnInitError": false, "gfd": map[string]any{"enabled": true}}, "failOnInitError is a value of NVIDIA's"},
+	} {
+		_, err := Helm(filepath.Join(manifestsDir(t), "helm", "featureplug"), name, namespace, tc.values)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "additional properties") {
+			t.Errorf("values %v: error %v, want one containing %q", tc.values, err, tc.want)
+		}
 	}
 }
 

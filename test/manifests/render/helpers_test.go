@@ -23,11 +23,12 @@ const (
 // gpuNodeTerms are the required node affinity terms (ORed) that select
 // nodes with an NVIDIA PCI device by NFD's labels: by vendor (GPU Operator's
 // NFD configuration) or by class and vendor (NFD's default; 3D and VGA
-// controllers).
+// controllers), or, as NVIDIA's chart accepts it, nvidia.com/gpu.present.
 var gpuNodeTerms = []string{
 	"feature.node.kubernetes.io/pci-10de.present In true",
 	"feature.node.kubernetes.io/pci-0302_10de.present In true",
 	"feature.node.kubernetes.io/pci-0300_10de.present In true",
+	"nvidia.com/gpu.present In true",
 }
 
 // manifestsDir returns the manifests directory or fails the test.

@@ -93,6 +93,45 @@ func KustomizeComposed(tmp string, resources, components []string) ([]*unstructu
 // checked against its values.schema.json). NOTES.txt and templates that
 // render to nothing are left out.
 func Helm(chartDir, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	rendered, err := renderChart(chartDir, release, namespace, values)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(rendered))
+	for name := range rendered {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var objs []*unstructured.Unstructured
+	for _, name := range names {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			continue
+		}
+		o, err := manifests.Decode(name, []byte(rendered[name]))
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, o...)
+	}
+	return objs, nil
+}
+
+// HelmNotes renders the chart's NOTES.txt as helm install prints it.
+func HelmNotes(chartDir, release, namespace string, values map[string]any) (string, error) {
+	rendered, err := renderChart(chartDir, release, namespace, values)
+	if err != nil {
+		return "", err
+	}
+	for name, text := range rendered {
+		if strings.HasSuffix(name, "/NOTES.txt") {
+			return text, nil
+		}
+	}
+	return "", fmt.Errorf("chart %s has no NOTES.txt", chartDir)
+}
+
+// renderChart renders every template of the chart, by file name.
+func renderChart(chartDir, release, namespace string, values map[string]any) (map[string]string, error) {
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		return nil, fmt.Errorf("loading chart %s: %w", chartDir, err)
@@ -112,21 +151,5 @@ func Helm(chartDir, release, namespace string, values map[string]any) ([]*unstru
 	if err != nil {
 		return nil, fmt.Errorf("rendering chart %s: %w", chartDir, err)
 	}
-	names := make([]string, 0, len(rendered))
-	for name := range rendered {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	var objs []*unstructured.Unstructured
-	for _, name := range names {
-		if strings.HasSuffix(name, "NOTES.txt") {
-			continue
-		}
-		o, err := manifests.Decode(name, []byte(rendered[name]))
-		if err != nil {
-			return nil, err
-		}
-		objs = append(objs, o...)
-	}
-	return objs, nil
+	return rendered, nil
 }

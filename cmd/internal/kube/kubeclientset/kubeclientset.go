@@ -41,6 +41,8 @@ func (c clientsets) ResourceClaims(namespace string) kube.ResourceClaims {
 	return c.kube.ResourceV1().ResourceClaims(namespace)
 }
 
+func (c clientsets) DeviceClasses() kube.DeviceClasses { return c.kube.ResourceV1().DeviceClasses() }
+
 // IsWatchListSemanticsUnSupported passes on the wrapped clientset's answer
 // (client-go's fake says true), which client-go's informers ask of the
 // client they are given (util/watchlist).
