@@ -202,7 +202,7 @@ func (pl *planner) claimDynamic(r *rule, t *target, desc string) *Error {
 		case migplace.ModeChangeNeedsReset(g.ComputeMajor) && !g.MIGEnabled:
 			return pl.dynamicProblem(r, "mig", fmt.Sprintf("%s: MIG mode is disabled, and changing it on %s needs a GPU reset, which featureplug does not do; enable it once (nvidia-smi -i %d -mig 1, then reset the GPU)", desc, g.Product, g.Index))
 		default:
-			return pl.dynamicProblem(r, "mig", desc+": its MIG geometry was not read (rules that partition GPUs need discovery.ReadMIGGeometry after Discover)")
+			return pl.dynamicProblem(r, "mig", desc+": its MIG geometry is not known (the devices were read without discovery.ReadMIGGeometry, or from published node features, which do not carry it)")
 		}
 	}
 	dg := plan.DynamicGPU{

@@ -264,7 +264,7 @@ func TestDynamicGPUStates(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = rs.CheckOn("n", inv, nil)
-		if err == nil || !strings.Contains(err.Error(), "its MIG geometry was not read (rules that partition GPUs need discovery.ReadMIGGeometry") {
+		if err == nil || !strings.Contains(err.Error(), "its MIG geometry is not known (the devices were read without discovery.ReadMIGGeometry") {
 			t.Errorf("%v", err)
 		}
 	})

@@ -44,70 +44,84 @@ func (e Engines) Count(k EngineKind) int {
 // the same layouts (the A100's JPEG and OFA, both only on +me and 7g) the
 // later in EngineKinds is kept.
 func ScarceEngines(profiles []Profile, capacity Counters) []EngineKind {
+	kinds := EngineKinds()
 	var cands []candidate
 	for i := range profiles {
 		p := &profiles[i]
+		var e [numEngineKinds]int
+		for k, kind := range kinds {
+			e[k] = p.Engines.Count(kind)
+		}
 		for _, pl := range p.Placements {
-			cands = append(cands, candidate{mask: pl.Mask(), compute: p.ComputeSlices, engines: p.Engines})
+			cands = append(cands, candidate{mask: pl.Mask(), compute: p.ComputeSlices, engines: e})
 		}
 	}
-	var kept []EngineKind
-	for _, k := range EngineKinds() {
-		if mostOf(cands, capacity, k, nil) > capacity.Engines.Count(k) {
+	var limit [numEngineKinds]int
+	for k, kind := range kinds {
+		limit[k] = capacity.Engines.Count(kind)
+	}
+	var kept []int
+	most := mostOf(cands, capacity.ComputeSlices, limit, nil)
+	for k := range kinds {
+		if most[k] > limit[k] {
 			kept = append(kept, k)
 		}
 	}
 	// Drop a kind the others already limit enough, one at a time.
 	for i := 0; i < len(kept); {
-		if mostOf(cands, capacity, kept[i], slicesWithout(kept, i)) <= capacity.Engines.Count(kept[i]) {
-			kept = slicesWithout(kept, i)
+		others := append(append([]int(nil), kept[:i]...), kept[i+1:]...)
+		if mostOf(cands, capacity.ComputeSlices, limit, others)[kept[i]] <= limit[kept[i]] {
+			kept = others
 			continue
 		}
 		i++
 	}
-	return kept
+	out := make([]EngineKind, len(kept))
+	for i, k := range kept {
+		out[i] = kinds[k]
+	}
+	return out
 }
 
-// candidate is one placement of one profile, for ScarceEngines.
+// numEngineKinds is len(EngineKinds()).
+const numEngineKinds = 5
+
+// candidate is one placement of one profile, for ScarceEngines; engines
+// are counted in EngineKinds order.
 type candidate struct {
 	mask    uint32
 	compute int
-	engines Engines
+	engines [numEngineKinds]int
 }
 
-// mostOf is the most engines of kind k a set of candidates takes that fits
-// the capacity's memory and compute slices and its engines of the kinds
-// enforced.
-func mostOf(cands []candidate, capacity Counters, k EngineKind, enforced []EngineKind) int {
-	most := 0
-	var walk func(from int, mask uint32, compute int, sum Engines)
-	walk = func(from int, mask uint32, compute int, sum Engines) {
-		most = max(most, sum.Count(k))
+// mostOf returns, per engine kind, the most engines a set of candidates
+// takes that fits the compute slices, does not overlap, and keeps the
+// enforced kinds (indexes into EngineKinds) within their limits.
+func mostOf(cands []candidate, compute int, limit [numEngineKinds]int, enforced []int) [numEngineKinds]int {
+	var most [numEngineKinds]int
+	var walk func(from int, mask uint32, used int, sum [numEngineKinds]int)
+	walk = func(from int, mask uint32, used int, sum [numEngineKinds]int) {
+		for k := range most {
+			most[k] = max(most[k], sum[k])
+		}
 		for i := from; i < len(cands); i++ {
-			c := cands[i]
-			if c.mask&mask != 0 || compute+c.compute > capacity.ComputeSlices {
+			c := &cands[i]
+			if c.mask&mask != 0 || used+c.compute > compute {
 				continue
 			}
-			next := Engines{
-				Copy: sum.Copy + c.engines.Copy, Decoder: sum.Decoder + c.engines.Decoder, Encoder: sum.Encoder + c.engines.Encoder,
-				JPEG: sum.JPEG + c.engines.JPEG, OFA: sum.OFA + c.engines.OFA,
+			next := sum
+			for k := range next {
+				next[k] += c.engines[k]
 			}
 			fits := true
-			for _, e := range enforced {
-				fits = fits && next.Count(e) <= capacity.Engines.Count(e)
+			for _, k := range enforced {
+				fits = fits && next[k] <= limit[k]
 			}
 			if fits {
-				walk(i+1, mask|c.mask, compute+c.compute, next)
+				walk(i+1, mask|c.mask, used+c.compute, next)
 			}
 		}
 	}
-	walk(0, 0, 0, Engines{})
+	walk(0, 0, 0, [numEngineKinds]int{})
 	return most
-}
-
-// slicesWithout returns kinds without its i-th element, in a new slice.
-func slicesWithout(kinds []EngineKind, i int) []EngineKind {
-	out := make([]EngineKind, 0, len(kinds)-1)
-	out = append(out, kinds[:i]...)
-	return append(out, kinds[i+1:]...)
 }

@@ -101,6 +101,9 @@ type Layout struct {
 	Withheld []Withheld
 	// byName resolves device names.
 	byName map[string]Allocated
+	// scarce memoizes ScarceEngines by the GPU's product and profiles:
+	// the GPUs of a node are alike, and the search takes a millisecond.
+	scarce map[string][]migplace.EngineKind
 }
 
 // Allocated is what an allocated device of the layout stands for.
@@ -122,7 +125,7 @@ func Build(gpus []plan.DynamicGPU, o Options) Layout {
 	if created == nil {
 		created = func(string) bool { return false }
 	}
-	l := Layout{byName: map[string]Allocated{}}
+	l := Layout{byName: map[string]Allocated{}, scarce: map[string][]migplace.EngineKind{}}
 	var sets []resourceapi.CounterSet
 	var perGPU [][]resourceapi.Device
 	for i := range gpus {
@@ -213,11 +216,17 @@ func consumption(c migplace.Counters, scarce []migplace.EngineKind) counters {
 
 // gpu lays out one GPU: its counter set and devices.
 func (l *Layout) gpu(g *plan.DynamicGPU, decorate func(*plan.DynamicGPU, *plan.DynamicProfile, migplace.Placement, *resourceapi.Device)) (resourceapi.CounterSet, []resourceapi.Device) {
+	key := fmt.Sprint(g.Product, g.Capacity)
 	profiles := make([]migplace.Profile, len(g.Profiles))
 	for i := range g.Profiles {
 		profiles[i] = g.Profiles[i].Profile
+		key += fmt.Sprint(" ", profiles[i].ID, profiles[i].Placements)
 	}
-	scarce := migplace.ScarceEngines(profiles, g.Capacity)
+	scarce, ok := l.scarce[key]
+	if !ok {
+		scarce = migplace.ScarceEngines(profiles, g.Capacity)
+		l.scarce[key] = scarce
+	}
 	set := resourceapi.CounterSet{Name: CounterSetName(g.UUID), Counters: consumption(g.Capacity, scarce)}
 	var devs []resourceapi.Device
 	add := func(name string, c counters, p *plan.DynamicProfile, pl migplace.Placement, a Allocated) {
