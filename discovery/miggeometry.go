@@ -89,12 +89,18 @@ func ReadMIGGeometry(lib nvml.Interface, inv *Inventory) error {
 			return err
 		}
 		g.MIGGeometry = geo
+		kept := g.MIGDevices[:0]
 		for j := range g.MIGDevices {
-			m := &g.MIGDevices[j]
-			if err := readMIGPlacement(h, m, fmt.Sprintf("%s MIG device %d", dev, m.Index)); err != nil {
+			m := g.MIGDevices[j]
+			gone, err := readMIGPlacement(h, &m, fmt.Sprintf("%s MIG device %d", dev, m.Index))
+			if err != nil {
 				return err
 			}
+			if !gone {
+				kept = append(kept, m)
+			}
 		}
+		g.MIGDevices = kept
 	}
 	return nil
 }
@@ -152,18 +158,25 @@ func (r *reader) readMIGGeometry(h nvml.Device, g *GPU, dev string) (*MIGGeometr
 }
 
 // readMIGPlacement reads the GPU instance profile and placement of the MIG
-// device m of parent.
-func readMIGPlacement(parent nvml.Device, m *MIGDevice, mdev string) error {
+// device m of parent; gone reports that its GPU instance was destroyed
+// since Discover listed it.
+func readMIGPlacement(parent nvml.Device, m *MIGDevice, mdev string) (gone bool, err error) {
 	gi, ret := parent.GetGpuInstanceById(m.GPUInstanceID)
+	if vanished(ret) {
+		return true, nil
+	}
 	if err := check(ret, "GPU instance", mdev); err != nil {
-		return err
+		return false, err
 	}
 	info, ret := gi.GetInfo()
+	if vanished(ret) {
+		return true, nil
+	}
 	if err := check(ret, "GPU instance info", mdev); err != nil {
-		return err
+		return false, err
 	}
 	pl := migplace.PlacementOf(info.Placement)
 	m.GPUInstanceProfileID = &info.ProfileId
 	m.Placement = &pl
-	return nil
+	return false, nil
 }

@@ -3,6 +3,8 @@ package discovery_test
 import (
 	"fmt"
 	"reflect"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -177,4 +179,65 @@ func TestMIGModePending(t *testing.T) {
 	if g := inv.GPUs[0]; g.MIGEnabled || !g.MIGModePending {
 		t.Errorf("MIGEnabled %v, MIGModePending %v; want false, true", g.MIGEnabled, g.MIGModePending)
 	}
+}
+
+// TestDiscoveryWhileMIGDevicesChange discovers a GPU again and again while
+// other goroutines create and destroy MIG devices on it, as dynamic MIG's
+// Prepare and Unprepare run beside the agent's discovery: every discovery
+// succeeds, lists no MIG device twice, and each device it lists has the
+// placement its profile allows. Run with -race.
+func TestDiscoveryWhileMIGDevicesChange(t *testing.T) {
+	n := oneGPU(t, "H100-80GB-HBM3", "mig: []")
+	lib := n.NVML()
+	dev, _ := lib.DeviceGetHandleByIndex(0)
+	geo, _ := migplace.ProductByName("NVIDIA H100 80GB HBM3")
+	p1g, _ := geo.Profile("1g.10gb")
+	info, _ := dev.GetGpuInstanceProfileInfo(p1g.Enum)
+	full, _ := p1g.FullComputeInstance()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, pl := range p1g.Placements {
+		wg.Go(func() {
+			npl := pl.NVML()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				gi, ret := dev.CreateGpuInstanceWithPlacement(&info, &npl)
+				if ret != nvml.SUCCESS {
+					continue
+				}
+				ciInfo, _ := gi.GetComputeInstanceProfileInfo(full, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+				if ci, ret := gi.CreateComputeInstance(&ciInfo); ret == nvml.SUCCESS {
+					ci.Destroy()
+				}
+				gi.Destroy()
+			}
+		})
+	}
+	for range 200 {
+		inv, err := discovery.Discover(lib)
+		if err == nil {
+			err = discovery.ReadMIGGeometry(lib, inv)
+		}
+		if err != nil {
+			close(done)
+			wg.Wait()
+			t.Fatalf("discovery while MIG devices change: %v", err)
+		}
+		seen := map[string]bool{}
+		for _, m := range inv.GPUs[0].MIGDevices {
+			if seen[m.UUID] {
+				t.Errorf("MIG device %s listed twice", m.UUID)
+			}
+			seen[m.UUID] = true
+			if m.Placement != nil && !slices.Contains(p1g.Placements, *m.Placement) {
+				t.Errorf("MIG device %s at %v", m.UUID, m.Placement)
+			}
+		}
+	}
+	close(done)
+	wg.Wait()
 }
