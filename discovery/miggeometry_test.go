@@ -211,9 +211,13 @@ func TestDiscoveryWhileMIGDevicesChange(t *testing.T) {
 				}
 				ciInfo, _ := gi.GetComputeInstanceProfileInfo(full, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 				if ci, ret := gi.CreateComputeInstance(&ciInfo); ret == nvml.SUCCESS {
-					ci.Destroy()
+					if ret := ci.Destroy(); ret != nvml.SUCCESS {
+						t.Errorf("destroying a compute instance: %v", ret)
+					}
 				}
-				gi.Destroy()
+				if ret := gi.Destroy(); ret != nvml.SUCCESS {
+					t.Errorf("destroying a GPU instance: %v", ret)
+				}
 			}
 		})
 	}
