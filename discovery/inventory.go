@@ -10,7 +10,11 @@
 // or the Features derived from it; nothing downstream calls NVML.
 package discovery
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/featureplug/featureplug/discovery/migplace"
+)
 
 // Unknown is recorded for a string fact NVML does not support on a device
 // (ERROR_NOT_SUPPORTED): the fact is absent, not an error.
@@ -76,6 +80,13 @@ type GPU struct {
 	MIGCapable bool `json:"migCapable"`
 	// MIGEnabled reports whether MIG mode is currently enabled.
 	MIGEnabled bool `json:"migEnabled"`
+	// MIGModePending is set while a MIG mode change waits to take effect
+	// (NVML's pending mode differs from the current one): until the GPU is
+	// idle, or on Ampere until it is reset.
+	MIGModePending bool `json:"migModePending,omitempty"`
+	// MIGGeometry is how the GPU can be partitioned, read only by
+	// ReadMIGGeometry; nil otherwise and for GPUs that list no MIG profile.
+	MIGGeometry *MIGGeometry `json:"migGeometry,omitempty"`
 	// MIGDevices are the GPU's MIG devices (only when MIGEnabled), ordered
 	// by GPU instance ID, then compute instance ID.
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
@@ -121,17 +132,16 @@ type MIGDevice struct {
 	CISlices int `json:"ciSlices"`
 	// Engines counts the media and copy engines of the GPU instance.
 	Engines Engines `json:"engines"`
+	// GPUInstanceProfileID and Placement are the GPU instance's profile ID
+	// (GpuInstanceInfo.ProfileId) and placement, read only by
+	// ReadMIGGeometry.
+	GPUInstanceProfileID *uint32             `json:"gpuInstanceProfileID,omitempty"`
+	Placement            *migplace.Placement `json:"placement,omitempty"`
 }
 
 // Engines counts the engines of a GPU instance, as the GPU instance profile
 // reports them.
-type Engines struct {
-	Copy    int `json:"copy"`
-	Decoder int `json:"decoder"`
-	Encoder int `json:"encoder"`
-	JPEG    int `json:"jpeg"`
-	OFA     int `json:"ofa"`
-}
+type Engines = migplace.Engines
 
 // GPUByUUID returns the GPU with the given UUID.
 func (inv *Inventory) GPUByUUID(uuid string) (*GPU, bool) {

@@ -75,6 +75,8 @@ func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error 
 		switch {
 		case d.Problem != "" && d.Kind == plan.DeviceVFIO:
 			fmt.Fprintf(&b, "  resource  none: left out\n  rule      %s\n  problem   %s\n", d.Rule, d.Problem)
+		case d.Dynamic:
+			explainDynamicDecision(&b, d) // migdynamic_explain.go
 		case d.Problem != "":
 			fmt.Fprintf(&b, "  resource  none: left out because of its rule\n  rule      %s\n  problem   %s\n", d.Rule, d.Problem)
 		case d.Resource != "":
@@ -174,6 +176,9 @@ func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error 
 		for i, d := range r.Devices {
 			idx[i] = d.Index
 		}
+		if r.Dynamic {
+			idx = append(idx, dynamicDevices(p, r.Name)) // migdynamic_explain.go
+		}
 		if opts.DRA == nil {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, strings.Join(idx, ","), r.Sharing.String())
 			continue
@@ -190,6 +195,9 @@ func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error 
 		if _, err := io.WriteString(w, vb.String()); err != nil {
 			return err
 		}
+	}
+	if err := writeDynamicMIG(w, p); err != nil { // migdynamic_explain.go
+		return err
 	}
 	if opts.DRA == nil {
 		return nil

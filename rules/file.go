@@ -48,4 +48,7 @@ type ruleSpec struct {
 	// device-plugin or dra; absent leaves it to the agent's --serve
 	// (serve.go).
 	Serve plan.Serve `json:"serve,omitempty"`
+	// MIG, on a devices: gpu rule, partitions the GPUs it claims on
+	// demand (migdynamic.go).
+	MIG *migSpec `json:"mig,omitempty"`
 }

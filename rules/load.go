@@ -67,6 +67,9 @@ type rule struct {
 
 	sharing plan.Sharing // normalized; MPS holds only the values written
 	serve   plan.Serve   // as written; "" leaves it to the agent (serve.go)
+	// dynamic is the rule's mig section: it partitions GPUs on demand
+	// (migdynamic.go); nil for other rules.
+	dynamic *dynamicRule
 
 	// explain holds the matchers split into single expressions, in a stable
 	// order, to say which one failed.
@@ -384,9 +387,10 @@ func (c *checker) compile(i int, s *ruleSpec) *rule {
 	r.inputs, r.memoize = c.inputs(s)
 
 	c.compileSelector(r, s.NodeSelector)
+	c.compileServe(r, s.Serve) // serve.go
+	c.compileMIG(r, s)         // migdynamic.go
 	c.compileResource(r)
 	c.compileSharing(r, s.Sharing)
-	c.compileServe(r, s.Serve) // serve.go
 	return r
 }
 
@@ -425,17 +429,18 @@ func (c *checker) compileResource(r *rule) {
 			r.tmpl = t
 			return
 		}
-		attrs := sampleAttributes(c.sample, r.devices)
+		kind := r.templateKind()
+		attrs := sampleAttributes(c.sample, kind)
 		name, err := executeTemplate(t, attrs)
 		if err != nil {
-			c.ruleError(r, field, strconv.Quote(r.resource), "template fails on a sample "+string(r.devices)+" device: "+err.Error())
+			c.ruleError(r, field, strconv.Quote(r.resource), "template fails on a sample "+string(kind)+" device: "+err.Error())
 			return
 		}
 		r.tmpl = t
 		r.tmplInputs, r.tmplMemoize = templateInputs(t, attrs)
 		if err := templateNameError(name); err != nil {
 			c.ruleWarning(r, field, strconv.Quote(r.resource),
-				fmt.Sprintf("on a sample %s device (%s) the template gives an invalid name: %v", r.devices, sampleDescription(c.sample, r.devices), err))
+				fmt.Sprintf("on a sample %s device (%s) the template gives an invalid name: %v", kind, sampleDescription(c.sample, kind), err))
 		}
 	}
 }

@@ -85,6 +85,7 @@ func (rs *RuleSet) plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 	}
 	plan.Resources, plan.VFIO = splitVFIO(all) // vfio.go
 	plan.Problems = pl.problems
+	plan.DynamicMIG = pl.dynamic // migdynamic.go
 	for i := range plan.Decisions {
 		d := &plan.Decisions[i]
 		if d.Resource != "" {
@@ -111,6 +112,8 @@ func newPlanner(rs *RuleSet, nodeMiss []string) *planner {
 		claims:   make(map[string]*claim),
 		memo:     make([]map[string]verdict, len(rs.rules)),
 		names:    make([]map[string]rendered, len(rs.rules)),
+
+		dynamicParents: make(map[string]*dynamicClaim),
 	}
 }
 
@@ -197,6 +200,11 @@ type planner struct {
 	names   []map[string]rendered // per rule: template results by input values
 	sig     []byte                // scratch space for input signatures
 	skipped []plan.RuleMiss       // scratch space for the misses of one decision
+
+	// dynamic are the GPUs dynamic rules claimed, in inventory order, and
+	// dynamicParents the same by GPU UUID (migdynamic.go).
+	dynamic        []plan.DynamicGPU
+	dynamicParents map[string]*dynamicClaim
 }
 
 // verdict is the outcome of one rule on one set of inputs.
@@ -292,6 +300,8 @@ type claim struct {
 	devices []claimed
 	minMem  uint64 // smallest device memory, for MPS defaults
 	vfio    bool   // a resource of VFIO devices (vfio.go)
+	// dynamic: a dynamic rule gives the resource (migdynamic.go).
+	dynamic bool
 }
 
 // claimed is a device given to a resource, with what sorting and checking
@@ -305,6 +315,9 @@ type claimed struct {
 // decide runs the rules on one device.
 func (pl *planner) decide(t *target) plan.Decision {
 	d := plan.Decision{Kind: t.kind, Description: describe(t), Device: t.id()}
+	if pl.decideDynamicMIG(t, &d) { // migdynamic.go
+		return d
+	}
 	skipped := pl.skipped[:0]
 	defer func() { pl.skipped = skipped }()
 	for i, r := range pl.rs.rules {
@@ -316,7 +329,11 @@ func (pl *planner) decide(t *target) plan.Decision {
 			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: kindMiss(r.devices, t.kind)})
 			continue
 		}
-		if t.kind == plan.DeviceGPU && t.gpu.MIGEnabled {
+		switch {
+		case r.dynamic != nil && !t.gpu.MIGCapable:
+			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: missNotMIGCapable})
+			continue
+		case r.dynamic == nil && t.kind == plan.DeviceGPU && t.gpu.MIGEnabled:
 			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: missMIGEnabled})
 			continue
 		}
@@ -325,6 +342,16 @@ func (pl *planner) decide(t *target) plan.Decision {
 			continue
 		}
 		d.Rule = r.name
+		if r.dynamic != nil {
+			if problem := pl.claimDynamic(r, t, d.Description); problem != nil {
+				d.Problem = problem.Error()
+				pl.problems = append(pl.problems, plan.Problem{Device: d.Device, Description: d.Description, Rule: r.name, Message: d.Problem})
+				pl.problemErrs = append(pl.problemErrs, problem)
+			} else {
+				d.Dynamic = true
+			}
+			break
+		}
 		name, problem := pl.claim(r, t, d.Description)
 		if problem != nil {
 			d.Problem = problem.Error()
@@ -514,7 +541,7 @@ func (pl *planner) resources() []plan.Resource {
 		for i := range c.devices {
 			devs[i] = c.devices[i].Device
 		}
-		out = append(out, plan.Resource{Name: name, Sharing: s, Serve: c.rule.serve, Devices: devs})
+		out = append(out, plan.Resource{Name: name, Sharing: s, Serve: c.rule.serve, Devices: devs, Dynamic: c.dynamic})
 	}
 	slices.SortFunc(out, func(a, b plan.Resource) int { return cmp.Compare(a.Name, b.Name) })
 	return out

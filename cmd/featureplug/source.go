@@ -55,8 +55,9 @@ func (s sourceFlags) open() (agent.GPUSource, error) {
 	return agent.OpenReal(discovery.NVMLOptions{LibraryPath: s.nvmlLibrary, DriverRoot: s.driverRoot}, s.sysfsRoot)
 }
 
-// discoverInventory opens the source, reads the Inventory once and closes
-// the source again.
+// discoverInventory opens the source, reads the Inventory once, with the
+// MIG geometry of its GPUs (what rules that partition GPUs on demand plan
+// from, and what `discover` shows), and closes the source again.
 func discoverInventory(ctx context.Context, s sourceFlags) (*discovery.Inventory, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -66,6 +67,12 @@ func discoverInventory(ctx context.Context, s sourceFlags) (*discovery.Inventory
 		return nil, err
 	}
 	defer src.Close()
-	inv, _, err := src.Discover()
-	return inv, err
+	inv, lib, err := src.Discover()
+	if err != nil {
+		return nil, err
+	}
+	if err := discovery.ReadMIGGeometry(lib, inv); err != nil {
+		return nil, err
+	}
+	return inv, nil
 }

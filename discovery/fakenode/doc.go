@@ -96,7 +96,24 @@
 // the same file again gives the same devices. GPU instance IDs follow from
 // the placement (the whole GPU is 0, the eighth slices 7-14), compute
 // instance IDs count from 0 in each GPU instance, and MIG device indexes
-// follow GPU instance then compute instance ID.
+// follow GPU instance then compute instance ID. A MIG device created at run
+// time gets a UUID of its own: one created again at the same place is a
+// new device, as on real GPUs.
+//
+// # MIG at run time
+//
+// MIG profiles and placements come from discovery/migplace's table. GPU
+// and compute instances are created and destroyed with nvml.h's answers:
+// ERROR_INSUFFICIENT_RESOURCES for an occupied placement or a profile
+// with no instance left, ERROR_INVALID_ARGUMENT for a placement the
+// profile lacks, ERROR_NOT_SUPPORTED with MIG mode disabled, ERROR_IN_USE
+// for a GPU instance with compute instances or a MIG device a process runs
+// on (Node.SetInUse). SetMigMode changes the mode at once on an idle GPU
+// and leaves it pending (activationStatus ERROR_IN_USE) while a process
+// holds the GPU; on Ampere the change is a GPU reset (ERROR_RESET_REQUIRED
+// where the host cannot reset: Node.SetResetUnavailable), and an Ampere
+// GPU with MIG disabled lists no GPU instance profile. ResetGPU activates
+// a pending mode. Node.MIGInstances lists a GPU's instances for tests.
 //
 // The fake implements identity, memory, PCI (GetPciInfo, and GetPciInfoExt
 // with the PCI class), NUMA, fabric registration (GetGpuFabricInfo), compute

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/featureplug/featureplug/discovery/migplace"
 )
 
 // MaxGPUs is the most GPUs one fake node may have: as many as the largest
@@ -294,8 +296,8 @@ func (v *validator) computeInstances(mpath string, sizes []int, prof *migProfile
 	}
 	total := 0
 	for k, c := range sizes {
-		if !ciFits(c, prof.compute) {
-			v.fail(fmt.Sprintf("%s.computeInstances[%d]", mpath, k), "%d is not a compute instance size of %s (have %s)", c, prof.name, orList(ciSizes(prof.compute)))
+		if !migplace.ComputeInstanceFits(c, prof.compute) {
+			v.fail(fmt.Sprintf("%s.computeInstances[%d]", mpath, k), "%d is not a compute instance size of %s (have %s)", c, prof.name, orList(migplace.ComputeInstanceSizes(prof.compute)))
 			return nil, false
 		}
 		total += c
@@ -305,17 +307,6 @@ func (v *validator) computeInstances(mpath string, sizes []int, prof *migProfile
 		return nil, false
 	}
 	return slices.Clone(sizes), true
-}
-
-// ciSizes lists the compute instance sizes a g-slice GPU instance supports.
-func ciSizes(g int) []int {
-	var out []int
-	for c := 1; c <= g; c++ {
-		if ciFits(c, g) {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // placementError says which GPU instance of a layout found no room.

@@ -124,8 +124,14 @@ func discover(node *fakenode.Node) (*discovery.Inventory, error) {
 	}
 	defer func() { _ = lib.Shutdown() }()
 	inv, err := discovery.Discover(lib)
-	if err != nil || node.VFIOCount() == 0 {
-		return inv, err
+	if err != nil {
+		return nil, err
+	}
+	if err := discovery.ReadMIGGeometry(lib, inv); err != nil {
+		return nil, err
+	}
+	if node.VFIOCount() == 0 {
+		return inv, nil
 	}
 	dir, err := os.MkdirTemp("", "featureplug-catalog-sysfs-")
 	if err != nil {

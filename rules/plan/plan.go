@@ -73,6 +73,10 @@ type Plan struct {
 	// HealthSource names the entry Health comes from, e.g.
 	// `health[1] "inference"`.
 	HealthSource string `json:"healthSource,omitempty"`
+	// DynamicMIG are the GPUs the rules partition on demand, in GPU index
+	// order (migdynamic.go). Their resources are in Resources with Dynamic
+	// set.
+	DynamicMIG []DynamicGPU `json:"dynamicMIG,omitempty"`
 }
 
 // NVIDIA's MIG strategies, the values of Plan.MIGStrategy.
@@ -112,6 +116,11 @@ type Resource struct {
 	Serve Serve `json:"serve,omitempty"`
 	// Devices are ordered by GPU index, then MIG index.
 	Devices []Device `json:"devices"`
+	// Dynamic is set on a resource of dynamically partitioned GPUs
+	// (Plan.DynamicMIG): its devices are placements created on demand,
+	// published as partitionable devices, so Devices holds none of them.
+	// It is served through DRA (Serve is ServeDRA).
+	Dynamic bool `json:"dynamic,omitempty"`
 }
 
 // Serve is the kubelet API a resource is served through. A device is
@@ -215,6 +224,10 @@ type Decision struct {
 	// Problem says why the claiming rule could not advertise the device
 	// (see Plan.Problems); Resource is then empty.
 	Problem string `json:"problem,omitempty"`
+	// Dynamic is set when the device's GPU is partitioned on demand
+	// (Plan.DynamicMIG): for the GPU, Resource is empty; for one of its
+	// MIG devices, Resource is its profile's resource.
+	Dynamic bool `json:"dynamic,omitempty"`
 }
 
 // RuleMiss is why one rule did not claim a device.
@@ -243,7 +256,7 @@ func (p *Plan) Resource(name string) (*Resource, bool) {
 // plan that advertises a device, a ServeNothing plan, and a node without
 // devices.
 func (p *Plan) CheckServes() error {
-	if p == nil || p.ServeNothing || len(p.Decisions) == 0 {
+	if p == nil || p.ServeNothing || len(p.Decisions) == 0 || len(p.DynamicMIG) > 0 {
 		return nil
 	}
 	for _, list := range [][]Resource{p.Resources, p.VFIO} {
