@@ -234,12 +234,13 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 		g.ComputeMode = computeModeName(mode)
 	}
 
-	current, _, ret := h.GetMigMode()
+	current, pending, ret := h.GetMigMode()
 	if ok, err := optional(ret, "MIG mode", dev); err != nil {
 		return err
 	} else if ok {
 		g.MIGCapable = true
 		g.MIGEnabled = current == nvml.DEVICE_MIG_ENABLE
+		g.MIGModePending = pending != current
 	}
 	if g.MIGEnabled {
 		if g.MIGDevices, err = r.migDevices(h, g); err != nil {
@@ -256,10 +257,10 @@ func (r *reader) migDevices(parent nvml.Device, g *GPU) ([]MIGDevice, error) {
 		return nil, err
 	}
 	var out []MIGDevice
-	placements := giPlacements{}
+	seen := make(map[string]bool)
 	for j := range slots {
 		h, ret := parent.GetMigDeviceHandleByIndex(j)
-		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
+		if vanished(ret) {
 			continue // an empty slot
 		}
 		mdev := fmt.Sprintf("%s MIG device %d", dev, j)
@@ -267,20 +268,32 @@ func (r *reader) migDevices(parent nvml.Device, g *GPU) ([]MIGDevice, error) {
 			return nil, err
 		}
 		m := MIGDevice{ParentIndex: g.Index, ParentUUID: g.UUID, Index: j}
-		if m.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
+		// A MIG device destroyed while it is read (dynamic MIG's Unprepare
+		// runs beside discovery) answers INVALID_ARGUMENT or NOT_FOUND:
+		// it is gone, and skipped. One created meanwhile shifts the
+		// indexes, so a device may come twice: once is kept.
+		if m.UUID, ret = h.GetUUID(); vanished(ret) || seen[m.UUID] {
+			continue
+		} else if ret != nvml.SUCCESS {
 			return nil, check(ret, "UUID", mdev)
 		}
 		gi, ret := h.GetGpuInstanceId()
-		if err := check(ret, "GPU instance ID", mdev); err != nil {
+		if vanished(ret) {
+			continue
+		} else if err := check(ret, "GPU instance ID", mdev); err != nil {
 			return nil, err
 		}
 		ci, ret := h.GetComputeInstanceId()
-		if err := check(ret, "compute instance ID", mdev); err != nil {
+		if vanished(ret) {
+			continue
+		} else if err := check(ret, "compute instance ID", mdev); err != nil {
 			return nil, err
 		}
 		m.GPUInstanceID, m.ComputeInstanceID = gi, ci
 		attrs, ret := h.GetAttributes()
-		if err := check(ret, "attributes", mdev); err != nil {
+		if vanished(ret) {
+			continue
+		} else if err := check(ret, "attributes", mdev); err != nil {
 			return nil, err
 		}
 		m.Multiprocessors = int(attrs.MultiprocessorCount)
@@ -301,17 +314,24 @@ func (r *reader) migDevices(parent nvml.Device, g *GPU) ([]MIGDevice, error) {
 		}
 		profile, err := md.GetProfile()
 		if err != nil {
+			if _, ret := h.GetUUID(); vanished(ret) {
+				continue // destroyed while go-nvlib read it
+			}
 			return nil, fmt.Errorf("reading MIG profile of %s: %w", mdev, err)
 		}
 		info := profile.GetInfo()
 		m.Profile = profile.String()
 		m.GISlices, m.CISlices = info.G, info.C
-		if err := placements.read(parent, gi, &m, mdev); err != nil {
-			return nil, err
-		}
+		seen[m.UUID] = true
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// vanished reports an answer about a MIG device handle that no longer
+// exists (or a slot without one).
+func vanished(ret nvml.Return) bool {
+	return ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT
 }
 
 func pcieLevel(l nvml.GpuTopologyLevel) PCIeLevel {

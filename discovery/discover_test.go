@@ -173,8 +173,7 @@ func TestDiscoverMIGDeviceFacts(t *testing.T) {
 	want := discovery.MIGDevice{
 		ParentIndex: 0, ParentUUID: inv.GPUs[0].UUID, Index: 0, GPUInstanceID: m.GPUInstanceID, ComputeInstanceID: 0,
 		UUID: m.UUID, Profile: "3g.71gb", MemoryMiB: 71168, Multiprocessors: 60, GISlices: 3, CISlices: 3,
-		Engines:     discovery.Engines{Copy: 3, Decoder: 3, JPEG: 3},
-		GIProfileID: 9, PlacementStart: 4, PlacementSize: 4,
+		Engines: discovery.Engines{Copy: 3, Decoder: 3, JPEG: 3},
 	}
 	if m != want {
 		t.Errorf("MIG device 0:0 = %+v\nwant %+v", m, want)

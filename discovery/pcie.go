@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 )
 
@@ -75,34 +74,4 @@ func (r *reader) sysfsNUMANode(busID string) int {
 		return NoNUMANode
 	}
 	return n
-}
-
-// giPlacements holds the GPU instances of one GPU read so far, by ID: the
-// MIG devices of one GPU instance share it, and NVML is asked once.
-type giPlacements map[int]nvml.GpuInstanceInfo
-
-// read reads the profile and placement of GPU instance gi of parent into
-// m; it leaves them unknown (PlacementSize 0) when NVML does not tell, and
-// fails on any other error.
-func (p giPlacements) read(parent nvml.Device, gi int, m *MIGDevice, dev string) error {
-	info, ok := p[gi]
-	if !ok {
-		inst, ret := parent.GetGpuInstanceById(gi)
-		if ret == nvml.ERROR_NO_PERMISSION {
-			return nil
-		}
-		if ok, err := optional(ret, "GPU instance", dev); !ok {
-			return err
-		}
-		if info, ret = inst.GetInfo(); ret == nvml.ERROR_NO_PERMISSION {
-			return nil
-		}
-		if ok, err := optional(ret, "GPU instance placement", dev); !ok {
-			return err
-		}
-		p[gi] = info
-	}
-	m.GIProfileID = int(info.ProfileId)
-	m.PlacementStart, m.PlacementSize = int(info.Placement.Start), int(info.Placement.Size)
-	return nil
 }

@@ -35,6 +35,9 @@ func TestDRACompatibility(t *testing.T) {
 			t.Errorf("%q: plan's DRACompatibility = %q, want %q", c.section, p.DRACompatibility, c.want)
 		}
 	}
+	if rs, _ := Parse("r.yaml", []byte(draFile+"  compatibility: nvidia\n")); !rs.NeedsMIGGeometry() {
+		t.Error("NVIDIA compatibility does not ask for MIG placements, which its device names hold")
+	}
 	if rs := Default(); rs.DRACompatibility() != draattr.Own {
 		t.Errorf("the default rules have DRA compatibility %q", rs.DRACompatibility())
 	}

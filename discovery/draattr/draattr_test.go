@@ -11,6 +11,7 @@ import (
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
+	"github.com/featureplug/featureplug/discovery/migplace"
 	"github.com/featureplug/featureplug/rules/catalog"
 )
 
@@ -405,8 +406,9 @@ func TestNVIDIADeviceNames(t *testing.T) {
 	nv, own := schemaFor(t, draattr.NVIDIA), schemaFor(t, draattr.Own)
 	gpu := &discovery.GPU{UUID: "GPU-6f4a1c2e-0b9d-4e57-8a3f-1d2c3b4a5f60", Minor: 3}
 	mig := func(profile string, id, start, gi, ci int) *discovery.MIGDevice {
-		return &discovery.MIGDevice{UUID: "MIG-1a2b3c4d-5e6f-5a7b-8c9d-0e1f2a3b4c5d", Profile: profile, GIProfileID: id,
-			PlacementStart: start, PlacementSize: 1, GISlices: gi, CISlices: ci, ComputeInstanceID: 2}
+		pid := uint32(id)
+		return &discovery.MIGDevice{UUID: "MIG-1a2b3c4d-5e6f-5a7b-8c9d-0e1f2a3b4c5d", Profile: profile, GPUInstanceProfileID: &pid,
+			Placement: &migplace.Placement{Start: start, Size: 1}, GISlices: gi, CISlices: ci, ComputeInstanceID: 2}
 	}
 	for _, c := range []struct {
 		gpu  *discovery.GPU

@@ -115,7 +115,9 @@ func nvidiaLayout(kind string, own []entry, noForm map[string]string) []entry {
 // "gpu-0-mig-1g5gb-19-2"), as NVIDIA's driver names them; a MIG device of
 // a compute instance smaller than its GPU instance, which NVIDIA's driver
 // does not publish, gets "-ci<compute instance ID>" after it. A device
-// whose minor or placement discovery could not read keeps its UUID name.
+// whose minor or placement discovery did not read (the placement comes
+// from discovery.ReadMIGGeometry, which the rules ask for with
+// NeedsMIGGeometry) keeps its UUID name.
 func (s *Schema) DeviceName(gpu *discovery.GPU, mig *discovery.MIGDevice) string {
 	uuid := gpu.UUID
 	if mig != nil {
@@ -126,10 +128,10 @@ func (s *Schema) DeviceName(gpu *discovery.GPU, mig *discovery.MIGDevice) string
 	}
 	name := fmt.Sprintf("gpu-%d", gpu.Minor)
 	if mig != nil {
-		if mig.PlacementSize == 0 {
+		if mig.GPUInstanceProfileID == nil || mig.Placement == nil {
 			return DeviceName(uuid)
 		}
-		name += fmt.Sprintf("-mig-%s-%d-%d", profileLabel(mig.Profile), mig.GIProfileID, mig.PlacementStart)
+		name += fmt.Sprintf("-mig-%s-%d-%d", profileLabel(mig.Profile), *mig.GPUInstanceProfileID, mig.Placement.Start)
 		if mig.CISlices < mig.GISlices {
 			name += fmt.Sprintf("-ci%d", mig.ComputeInstanceID)
 		}

@@ -9,8 +9,7 @@ import (
 
 // TestSysfsPCIeRoots checks the PCIe roots discovery reads from the fake
 // node's sysfs: one per GPU where no GPUs share a PCIe switch or host
-// bridge, shared by the GPUs of a PIX, PXB or PHB group, and the GPU
-// instance placements of MIG devices.
+// bridge, shared by the GPUs of a PIX, PXB or PHB group.
 func TestSysfsPCIeRoots(t *testing.T) {
 	for _, c := range []struct {
 		node string
@@ -39,40 +38,6 @@ func TestSysfsPCIeRoots(t *testing.T) {
 		for i := range got {
 			if got[i] != c.want[i] {
 				t.Errorf("%s: GPU %d (%s) has PCIe root %q, want %q", c.node, i, inv.GPUs[i].PCIBusID, got[i], c.want[i])
-			}
-		}
-	}
-}
-
-// TestMIGPlacement checks the GPU instance profile and placement discovery
-// reads for the MIG devices of h200-mig's balanced layout.
-func TestMIGPlacement(t *testing.T) {
-	n, err := fakenode.Open("h200-mig")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv, err := discovery.Discover(n.NVML())
-	if err != nil {
-		t.Fatal(err)
-	}
-	type place struct{ profile, start, size int }
-	got := map[string][]place{}
-	for _, m := range inv.GPUs[0].MIGDevices {
-		got[m.Profile] = append(got[m.Profile], place{m.GIProfileID, m.PlacementStart, m.PlacementSize})
-	}
-	t.Logf("GPU 0: %+v", got)
-	for profile, ps := range got {
-		for _, p := range ps {
-			if p.size == 0 || p.start < 0 || p.start+p.size > 8 {
-				t.Errorf("%s: placement %+v is not one of 8 memory slices", profile, p)
-			}
-		}
-	}
-	// NVML's GPU instance profile IDs: 1g (19), 2g (14), 3g (9).
-	for profile, id := range map[string]int{"1g.18gb": 19, "2g.35gb": 14, "3g.71gb": 9} {
-		for _, p := range got[profile] {
-			if p.profile != id {
-				t.Errorf("%s: GPU instance profile ID %d, want %d", profile, p.profile, id)
 			}
 		}
 	}

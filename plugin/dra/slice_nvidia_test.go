@@ -5,6 +5,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/featureplug/featureplug/discovery/migplace"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -15,7 +16,8 @@ import (
 func TestBuildSliceNVIDIACompatibility(t *testing.T) {
 	inv := sliceInventory()
 	m := &inv.GPUs[1].MIGDevices[0]
-	m.GIProfileID, m.PlacementStart, m.PlacementSize = 19, 6, 1
+	pid := uint32(19)
+	m.GPUInstanceProfileID, m.Placement = &pid, &migplace.Placement{Start: 6, Size: 1}
 	p := slicePlan()
 	p.DRACompatibility = "nvidia"
 	p.Resources[2].Sharing = plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2}

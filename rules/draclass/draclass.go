@@ -191,6 +191,9 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 		}
 	}
 	for i, v := range c.views {
+		if v.Devices == plan.DeviceVFIO {
+			continue // VFIO devices are not in ResourceSlices (yet): no class
+		}
 		if !v.Template {
 			note(v.Resource)
 			continue
@@ -207,7 +210,7 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 			if m.Device != device {
 				device, claimed = m.Device, false
 			}
-			if claimed {
+			if claimed || m.Kind == plan.DeviceVFIO {
 				return
 			}
 			v := &c.views[m.Rule]
@@ -230,6 +233,9 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 	contribs := map[string][]contribution{}
 	for i := range c.views {
 		v := &c.views[i]
+		if v.Devices == plan.DeviceVFIO {
+			continue
+		}
 		claims, why := c.claims(i)
 		if !v.Template {
 			contribs[v.Resource] = append(contribs[v.Resource], contribution{rule: i, cel: claims, fallback: why})

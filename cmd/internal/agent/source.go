@@ -48,19 +48,36 @@ type RealSource struct {
 	sysfsRoot string
 }
 
-// OpenReal loads and initializes NVML as the options say.
+// OpenReal loads and initializes NVML as the options say. A node whose
+// GPUs are all bound to vfio-pci needs no driver: without NVML it reads
+// them from sysfs alone (discovery.CheckVFIOOnly).
 func OpenReal(o discovery.NVMLOptions, sysfsRoot string) (*RealSource, error) {
 	lib, closeFn, err := discovery.OpenNVML(o)
 	if err != nil {
-		return nil, err
+		if err := discovery.CheckVFIOOnly(sysfsRoot, err); err != nil {
+			return nil, err
+		}
+		return &RealSource{closeFn: func() {}, sysfsRoot: sysfsRoot}, nil
 	}
 	return &RealSource{lib: lib, closeFn: closeFn, sysfsRoot: sysfsRoot}, nil
 }
 
-// Discover implements GPUSource.
+// Discover implements GPUSource: the GPUs NVML sees, and those bound to
+// vfio-pci from sysfs. Without NVML the returned NVML is nil.
 func (s *RealSource) Discover() (*discovery.Inventory, nvml.Interface, error) {
-	inv, err := discovery.Discover(s.lib, discovery.WithSysfsRoot(s.sysfsRoot))
-	return inv, s.lib, err
+	inv := &discovery.Inventory{}
+	if s.lib != nil {
+		var err error
+		if inv, err = discovery.Discover(s.lib, discovery.WithSysfsRoot(s.sysfsRoot)); err != nil {
+			return nil, s.lib, err
+		}
+	}
+	vfio, err := discovery.DiscoverVFIO(s.sysfsRoot)
+	if err != nil {
+		return nil, s.lib, err
+	}
+	inv.VFIO = vfio
+	return inv, s.lib, nil
 }
 
 // Close implements GPUSource.
@@ -76,11 +93,18 @@ type FakeSource struct {
 	mu   sync.Mutex
 	node *fakenode.Node
 	data []byte
+	// sysfsDir holds the node's sysfs tree when it has GPUs bound to
+	// vfio-pci (source_vfio.go); removeSysfs when it is temporary.
+	sysfsDir    string
+	removeSysfs bool
 }
 
 // OpenFake opens a bundled fake node or a fake-node file.
-func OpenFake(nameOrPath string) (*FakeSource, error) {
+func OpenFake(nameOrPath string, opts ...FakeOption) (*FakeSource, error) {
 	s := &FakeSource{nameOrPath: nameOrPath}
+	for _, o := range opts {
+		o(s)
+	}
 	node, err := fakenode.Open(nameOrPath)
 	if err != nil {
 		return nil, err
@@ -89,6 +113,9 @@ func OpenFake(nameOrPath string) (*FakeSource, error) {
 		s.isFile, s.data = true, data
 	}
 	if err := initFake(node); err != nil {
+		return nil, err
+	}
+	if err := s.layOutSysfs(node); err != nil {
 		return nil, err
 	}
 	s.node = node
@@ -120,13 +147,22 @@ func (s *FakeSource) Discover() (*discovery.Inventory, nvml.Interface, error) {
 			if err := initFake(node); err != nil {
 				return nil, nil, err
 			}
+			if err := s.layOutSysfs(node); err != nil {
+				return nil, nil, err
+			}
 			_ = s.node.NVML().Shutdown()
 			s.node, s.data = node, data
 		}
 	}
 	lib := s.node.NVML()
 	inv, err := discovery.Discover(lib)
-	return inv, lib, err
+	if err != nil || s.sysfsDir == "" {
+		return inv, lib, err
+	}
+	if inv.VFIO, err = discovery.DiscoverVFIO(s.sysfsDir); err != nil {
+		return nil, lib, err
+	}
+	return inv, lib, nil
 }
 
 // Name returns the name of the fake node currently behind the source.
@@ -158,4 +194,5 @@ func (s *FakeSource) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_ = s.node.NVML().Shutdown()
+	s.closeSysfs()
 }
