@@ -14,8 +14,12 @@ type migGeometryRuleSet interface {
 	NeedsMIGGeometry() bool
 }
 
-// needsMIGGeometry reports whether rs wants the MIG geometry read.
+// needsMIGGeometry reports whether rs wants the MIG geometry read (a rule
+// set read from a file carries its digest around the rules' own).
 func needsMIGGeometry(rs RuleSet) bool {
+	if d, ok := rs.(digestedRuleSet); ok {
+		rs = d.RuleSet
+	}
 	g, ok := rs.(migGeometryRuleSet)
 	return ok && g.NeedsMIGGeometry()
 }
