@@ -3,8 +3,7 @@ package discovery
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io/fs"
 	"strconv"
 	"strings"
 
@@ -43,7 +42,11 @@ type reader struct {
 	lib       nvml.Interface
 	devlib    device.Interface
 	sysfsRoot string
-	syms      symbols // newer NVML functions the library has (mode.go)
+	sysfs     fs.ReadLinkFS // WithSysfs (pcie.go)
+	// addressing is whether the platform has addressing modes
+	// (addressing.go).
+	addressing addressingSupport
+	syms       symbols // newer NVML functions the library has (mode.go)
 }
 
 // readError is an NVML failure while reading one fact of one device.
@@ -192,6 +195,7 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 	}
 	g.Brand = unknownOnError(nd.GetBrandAsString())
 	g.Architecture = unknownOnError(nd.GetArchitectureAsString())
+	g.AddressingMode = r.addressingMode(h) // addressing.go
 
 	major, minorCC, ret := h.GetCudaComputeCapability()
 	if err := check(ret, "compute capability", dev); err != nil {
@@ -220,6 +224,7 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 	} else {
 		g.NUMANode = r.sysfsNUMANode(g.PCIBusID)
 	}
+	g.PCIeRoot = r.pcieRoot(g.PCIBusID)
 
 	g.ComputeMode = Unknown
 	mode, ret := h.GetComputeMode()
@@ -421,18 +426,6 @@ func normalizeBusID(id string) string {
 		return id
 	}
 	return domain + ":" + rest
-}
-
-func (r *reader) sysfsNUMANode(busID string) int {
-	data, err := os.ReadFile(filepath.Join(r.sysfsRoot, "sys/bus/pci/devices", busID, "numa_node"))
-	if err != nil {
-		return NoNUMANode
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || n < 0 {
-		return NoNUMANode
-	}
-	return n
 }
 
 func unknownOnError(s string, err error) string {

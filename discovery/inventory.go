@@ -74,6 +74,16 @@ type GPU struct {
 	PCIBusID string `json:"pciBusID"`
 	// NUMANode is the NUMA node closest to the GPU, or NoNUMANode.
 	NUMANode int `json:"numaNode"`
+	// AddressingMode is how the GPU addresses system memory on a
+	// coherent platform (Grace Hopper, Grace Blackwell), as go-nvlib names
+	// it: "HMM", "ATS" or "None" (coherent, neither active); "" where the
+	// platform has none or the driver cannot tell.
+	AddressingMode string `json:"addressingMode,omitempty"`
+	// PCIeRoot is the PCIe root complex the GPU hangs off, as sysfs names
+	// it ("pci0000:00"): GPUs and NICs under one root share a host
+	// bridge, which GPUDirect RDMA wants. "" when sysfs does not tell
+	// (pcie.go).
+	PCIeRoot string `json:"pcieRoot,omitempty"`
 	// ComputeMode is "Default", "ExclusiveProcess", "Prohibited" or Unknown.
 	ComputeMode string `json:"computeMode"`
 	// MIGCapable reports whether the GPU supports MIG.

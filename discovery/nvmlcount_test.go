@@ -67,7 +67,18 @@ func countNVML(lib nvml.Interface) (nvml.Interface, *nvmlCounter) {
 	c := &nvmlCounter{calls: map[string]int{}}
 	m := &mock.Interface{}
 	c.fill(m, lib, "")
+	if p, ok := lib.(discovery.SysfsProvider); ok {
+		// The fake node's sysfs is no NVML call: pass it on.
+		return countingSysfsLib{m, p}, c
+	}
 	return m, c
+}
+
+// countingSysfsLib is a counted library whose wrapped one brings its own
+// sysfs.
+type countingSysfsLib struct {
+	*mock.Interface
+	discovery.SysfsProvider
 }
 
 func (c *nvmlCounter) wrapDevice(d nvml.Device) nvml.Device {

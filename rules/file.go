@@ -26,6 +26,8 @@ type fileSpec struct {
 	ServeNothing bool `json:"serveNothing,omitempty"`
 	// Health is the health policy per node pool (health.go).
 	Health []healthSpec `json:"health,omitempty"`
+	// DRA says how DRA devices are published (dra.go).
+	DRA *draSpec `json:"dra,omitempty"`
 }
 
 // ruleSpec is one rule as written.

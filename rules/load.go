@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/draattr"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -47,6 +48,9 @@ type RuleSet struct {
 	// serveNothing is the file's serveNothing: it means to serve no
 	// device (and has no rules).
 	serveNothing bool
+	// draCompat is the naming of DRA devices the dra section chooses
+	// (dra.go).
+	draCompat draattr.Compatibility
 }
 
 // rule is one compiled rule.
@@ -238,6 +242,7 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 		rs.rules = append(rs.rules, r)
 	}
 	rs.health = c.compileHealth(spec.Health) // health.go
+	rs.draCompat = c.compileDRA(spec.DRA)    // dra.go
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}

@@ -9,6 +9,7 @@ import (
 	"text/template"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/draattr"
 	"github.com/featureplug/featureplug/discovery/migplace"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -168,10 +169,15 @@ func (r *rule) templateKind() plan.DeviceKind {
 	return r.devices
 }
 
-// NeedsMIGGeometry reports whether a rule partitions GPUs on demand, so
-// that discovery must read their MIG geometry
-// (discovery.ReadMIGGeometry) for the rules to plan them.
+// NeedsMIGGeometry reports whether discovery must read the MIG geometry
+// and placements (discovery.ReadMIGGeometry) for the rules: a rule
+// partitions GPUs on demand, or the file names DRA devices as NVIDIA's
+// driver does (dra.compatibility: nvidia), whose MIG device names hold
+// the placement.
 func (rs *RuleSet) NeedsMIGGeometry() bool {
+	if rs.draCompat == draattr.NVIDIA {
+		return true
+	}
 	for _, r := range rs.rules {
 		if r.dynamic != nil {
 			return true

@@ -71,6 +71,8 @@ func (rs *RuleSet) plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 		Decisions:    make([]plan.Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()+len(inv.VFIO)),
 		Links:        cloneLinks(inv.Links),
 		ServeNothing: rs.serveNothing,
+		// The DRA sink names devices as the file's dra section says.
+		DRACompatibility: string(rs.draCompat),
 	}
 	visitTargets(inv, func(t *target) {
 		plan.Decisions = append(plan.Decisions, pl.decide(t))

@@ -53,6 +53,11 @@
 //
 //	dgx.yaml: gpus[0].mig[1].profile: "2g.99gb" is not a MIG profile of A100-SXM4-40GB (have 1g.5gb, ...)
 //
+// The node also has a sysfs of its own (Sysfs), which discovery reads
+// for what NVML does not say: each GPU's PCIe root complex and NUMA node.
+// GPUs of a PIX, PXB or PHB group share a root complex; every other GPU
+// has one of its own ("pci0000:00" for GPU 0, "pci0000:10" for GPU 1, ...).
+//
 // Without an nvlink group, GPUs have no NVLink lanes connected. A direct
 // group (nvswitch false) spends links lanes per peer, so it must fit the
 // product's lanes (12 on A100, 18 on H100/H200/B200); DGX/HGX baseboards

@@ -73,6 +73,11 @@ type Plan struct {
 	// HealthSource names the entry Health comes from, e.g.
 	// `health[1] "inference"`.
 	HealthSource string `json:"healthSource,omitempty"`
+	// DRACompatibility is the naming the DRA sink publishes devices
+	// under: "" for featureplug's own, "nvidia" for NVIDIA's DRA driver's
+	// as well (the rules file's dra.compatibility; a
+	// discovery/draattr.Compatibility).
+	DRACompatibility string `json:"draCompatibility,omitempty"`
 	// DynamicMIG are the GPUs the rules partition on demand, in GPU index
 	// order (migdynamic.go). Their resources are in Resources with Dynamic
 	// set.

@@ -569,8 +569,17 @@ func (a *Agent) setInventory(inv *discovery.Inventory) {
 }
 
 func (a *Agent) discover() (*discovery.Inventory, nvml.Interface, error) {
+	return a.discoverFor(a.ruleSet)
+}
+
+// discoverFor reads the GPUs as the rule set rs needs them: with the MIG
+// geometry when it asks for it (miggeometry.go).
+func (a *Agent) discoverFor(rs RuleSet) (*discovery.Inventory, nvml.Interface, error) {
 	start := time.Now()
 	inv, lib, err := a.cfg.Source.Discover()
+	if err == nil {
+		err = readMIGGeometry(rs, inv, lib)
+	}
 	a.metrics.discoveryDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		a.metrics.discoveries.WithLabelValues("error").Inc()
@@ -749,6 +758,7 @@ func (a *Agent) acceptRules(ctx context.Context, rs RuleSet, err error) bool {
 	for _, w := range rs.Warnings() {
 		a.log.Warn("rules warning", "rules", rs.Source(), "warning", w)
 	}
+	a.withMIGGeometryFor(rs) // miggeometry.go
 	// Rules that cannot plan on this node (or serve none of the devices
 	// they claim) must not replace the last good: see planreport.go.
 	return a.takeRules(ctx, rs)
