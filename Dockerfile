@@ -24,7 +24,9 @@ COPY . .
 ARG VERSION=dev
 ARG COMMIT=
 ARG BUILD_DATE=
-RUN go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.buildDate=${BUILD_DATE}" -o /out/featureplug ./cmd/featureplug
+# noclaimexplain: the agent does not link CEL, which only rules explain
+# --claim needs (docs/deployment.md).
+RUN go build -trimpath -tags noclaimexplain -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.buildDate=${BUILD_DATE}" -o /out/featureplug ./cmd/featureplug
 
 FROM gcr.io/distroless/base-debian12
 # Root (the image's default user): the kubelet's device-plugin directory

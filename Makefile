@@ -116,7 +116,7 @@ bench-go:
 ## where there is no memory controller to use).
 bench-process:
 	mkdir -p $(BENCH_OUT)
-	$(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BENCH_OUT)/featureplug ./cmd/featureplug
+	$(GO) build -trimpath -tags noclaimexplain -ldflags "-s -w $(LDFLAGS)" -o $(BENCH_OUT)/featureplug ./cmd/featureplug
 	$(GO) build -o $(BIN_DIR)/featureplug-bench ./cmd/featureplug-bench
 	$(GO) build -trimpath -ldflags "-s -w" -o $(BENCH_OUT)/nullplugin ./cmd/featureplug-bench/nullplugin
 	for node in $(BENCH_NODES); do \

@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,9 @@ const (
 	FeatureDriver = "nvidia.driver"
 	// FeatureCapabilities holds node-level capability flags.
 	FeatureCapabilities = "nvidia.capabilities"
+	// FeatureVFIO has one instance per GPU reserved for VFIO passthrough
+	// (Inventory.VFIO); published only on nodes that have one.
+	FeatureVFIO = "nvidia.vfio"
 )
 
 // Attribute names of the nvidia.gpu instances.
@@ -63,6 +67,21 @@ const (
 	AttrParentMemory       = "parent.memory"
 	AttrParentNUMA         = "parent.numa"
 	AttrParentComputeMajor = "parent.compute.major"
+)
+
+// Attribute names of the nvidia.vfio instances (besides pci.bus, product,
+// family and numa, named as in nvidia.gpu). vendor, device and class are
+// named as in NFD's pci source.
+const (
+	AttrVendor            = "vendor"
+	AttrDevice            = "device"
+	AttrClass             = "class"
+	AttrDeviceName        = "device.name"
+	AttrIOMMUGroup        = "iommu.group"
+	AttrIOMMUGroupDevices = "iommu.group.devices"
+	AttrIOMMUGroupGPUs    = "iommu.group.gpus"
+	AttrIOMMUGroupHeld    = "iommu.group.held"
+	AttrDriver            = "driver"
 )
 
 // Attribute names of nvidia.driver.
@@ -176,11 +195,12 @@ type Value struct {
 
 // Item is what an attribute is read from: Inventory for nvidia.driver and
 // nvidia.capabilities, Inventory and GPU for nvidia.gpu, GPU (the parent)
-// and MIG for nvidia.mig.
+// and MIG for nvidia.mig, VFIO for nvidia.vfio.
 type Item struct {
 	Inventory *Inventory
 	GPU       *GPU
 	MIG       *MIGDevice
+	VFIO      *VFIODevice
 }
 
 // Attribute is one element of a feature featureplug publishes: an
@@ -208,6 +228,7 @@ type Attribute struct {
 	gpu    func(*Inventory, *GPU) string
 	mig    func(*MIGDevice) string
 	parent func(*GPU) string // nvidia.mig attributes of the parent GPU
+	vfio   func(*VFIODevice) string
 }
 
 // Get returns the attribute's value of an item, as NFD publishes it. It
@@ -221,6 +242,8 @@ func (a *Attribute) Get(it Item) (string, bool) {
 		return a.gpu(it.Inventory, it.GPU), true
 	case a.parent != nil:
 		return a.parent(it.GPU), true
+	case a.vfio != nil:
+		return a.vfio(it.VFIO), true
 	default:
 		return a.mig(it.MIG), true
 	}
@@ -238,8 +261,8 @@ func (a *Attribute) Value(it Item) (Value, bool) {
 }
 
 // Attributes returns the catalog: every attribute and flag featureplug
-// publishes, ordered by feature (nvidia.gpu, nvidia.mig, nvidia.driver,
-// nvidia.capabilities) and then as documented. The slice is the caller's.
+// publishes, ordered by feature (nvidia.gpu, nvidia.mig, nvidia.vfio,
+// nvidia.driver, nvidia.capabilities) and then as documented. The slice is the caller's.
 func Attributes() []Attribute { return slices.Clone(catalog) }
 
 func gpuAttr(name string, t Type, example, doc string, get func(*Inventory, *GPU) string) Attribute {
@@ -253,6 +276,10 @@ func migAttr(name string, t Type, example, doc string, get func(*MIGDevice) stri
 // parentAttr is an nvidia.mig attribute read from the MIG device's GPU.
 func parentAttr(name string, t Type, example, doc string, get func(*GPU) string) Attribute {
 	return Attribute{Feature: FeatureMIG, Kind: KindInstances, Name: name, Type: t, Example: example, Doc: doc, parent: get}
+}
+
+func vfioAttr(name string, t Type, example, doc string, get func(*VFIODevice) string) Attribute {
+	return Attribute{Feature: FeatureVFIO, Kind: KindInstances, Name: name, Type: t, Example: example, Doc: doc, vfio: get}
 }
 
 func driverAttr(name string, t Type, example, doc string, get func(*Inventory) (string, bool)) Attribute {
@@ -351,15 +378,42 @@ var catalog = []Attribute{
 	parentAttr(AttrParentComputeMajor, TypeInt, "8", "CUDA compute capability of the GPU it lives on, major",
 		func(p *GPU) string { return strconv.Itoa(p.ComputeMajor) }),
 
+	vfioAttr(AttrPCIBus, TypeString, "0000:c1:00.0", "PCI address",
+		func(d *VFIODevice) string { return d.PCIAddress }),
+	vfioAttr(AttrVendor, TypeString, "10de", "PCI vendor ID, as NFD's pci source writes it",
+		func(d *VFIODevice) string { return d.VendorID }),
+	vfioAttr(AttrDevice, TypeString, "26b9", "PCI device ID, as NFD's pci source writes it",
+		func(d *VFIODevice) string { return d.DeviceID }),
+	vfioAttr(AttrClass, TypeString, "0302", "PCI class: 0302 (3D controller) or 0300 (VGA controller)",
+		func(d *VFIODevice) string { return d.Class }),
+	vfioAttr(AttrProduct, TypeString, "NVIDIA L40S", "product as NVML names it (from the device ID; vendor:device for IDs featureplug does not know)",
+		func(d *VFIODevice) string { return d.Product }),
+	vfioAttr(AttrDeviceName, TypeString, "AD102GL_L40S", "device name as KubeVirt resource names use it (nvidia.com/<device.name>); the device ID for IDs featureplug does not know",
+		func(d *VFIODevice) string { return d.DeviceName }),
+	vfioAttr(AttrFamily, TypeString, "ada-lovelace", "architecture family, lowercase, as in nvidia.gpu",
+		func(d *VFIODevice) string { return d.Family }),
+	vfioAttr(AttrIOMMUGroup, TypeInt, "45", "IOMMU group (-1 without an IOMMU)",
+		func(d *VFIODevice) string { return strconv.Itoa(d.IOMMUGroup) }),
+	vfioAttr(AttrIOMMUGroupDevices, TypeInt, "2", "devices in the IOMMU group, the GPU included (a VM gets them all)",
+		func(d *VFIODevice) string { return strconv.Itoa(len(d.GroupMembers) + 1) }),
+	vfioAttr(AttrIOMMUGroupGPUs, TypeInt, "1", "GPUs in the IOMMU group, this one included (more than 1: they cannot go to different VMs)",
+		func(d *VFIODevice) string { return strconv.Itoa(d.GroupGPUs()) }),
+	vfioAttr(AttrIOMMUGroupHeld, TypeInt, "0", "devices of the IOMMU group bound to a host driver (not vfio-pci, pci-stub, a bridge's pcieport or none): VFIO cannot open the group while any is",
+		func(d *VFIODevice) string { return strconv.Itoa(d.GroupHeld()) }),
+	vfioAttr(AttrNUMA, TypeInt, "1", "NUMA node (-1 when unknown)",
+		func(d *VFIODevice) string { return strconv.Itoa(d.NUMANode) }),
+	vfioAttr(AttrDriver, TypeString, "vfio-pci", "kernel driver: vfio-pci (or nvgrace_gpu_vfio_pci); none while unbound",
+		func(d *VFIODevice) string { return cmp.Or(d.Driver, "none") }),
+
 	driverAttr(AttrDriverVersion, TypeVersion, "570.86.15", "kernel driver version",
-		func(inv *Inventory) (string, bool) { return inv.DriverVersion, true }),
+		func(inv *Inventory) (string, bool) { return inv.DriverVersion, inv.DriverVersion != "" }),
 	driverAttr(AttrDriverMajor, TypeInt, "570", "kernel driver version, major",
 		func(inv *Inventory) (string, bool) {
 			major, _, ok := strings.Cut(inv.DriverVersion, ".")
 			return major, ok
 		}),
 	driverAttr(AttrCUDAVersion, TypeVersion, "12.8", "CUDA version the driver supports",
-		func(inv *Inventory) (string, bool) { return inv.CUDADriverVersion, true }),
+		func(inv *Inventory) (string, bool) { return inv.CUDADriverVersion, inv.CUDADriverVersion != "" }),
 	driverAttr(AttrCUDAMajor, TypeInt, "12", "CUDA version the driver supports, major",
 		func(inv *Inventory) (string, bool) {
 			major, _, ok := strings.Cut(inv.CUDADriverVersion, ".")
@@ -371,8 +425,8 @@ var catalog = []Attribute{
 			return minor, ok
 		}),
 	driverAttr(AttrNVMLVersion, TypeString, "12.570.86.15", "NVML library version (four parts: not comparable with type: version)",
-		func(inv *Inventory) (string, bool) { return inv.NVMLVersion, true }),
-	driverAttr(AttrGPUCount, TypeInt, "8", "number of GPUs",
+		func(inv *Inventory) (string, bool) { return inv.NVMLVersion, inv.NVMLVersion != "" }),
+	driverAttr(AttrGPUCount, TypeInt, "8", "number of GPUs NVML sees (not those bound to vfio-pci)",
 		func(inv *Inventory) (string, bool) { return strconv.Itoa(len(inv.GPUs)), true }),
 
 	capability(FlagMIG, "any GPU is MIG capable",

@@ -3,8 +3,7 @@ package discovery
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io/fs"
 	"strconv"
 	"strings"
 
@@ -43,7 +42,11 @@ type reader struct {
 	lib       nvml.Interface
 	devlib    device.Interface
 	sysfsRoot string
-	syms      symbols // newer NVML functions the library has (mode.go)
+	sysfs     fs.ReadLinkFS // WithSysfs (pcie.go)
+	// addressing is whether the platform has addressing modes
+	// (addressing.go).
+	addressing addressingSupport
+	syms       symbols // newer NVML functions the library has (mode.go)
 }
 
 // readError is an NVML failure while reading one fact of one device.
@@ -192,6 +195,7 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 	}
 	g.Brand = unknownOnError(nd.GetBrandAsString())
 	g.Architecture = unknownOnError(nd.GetArchitectureAsString())
+	g.AddressingMode = r.addressingMode(h) // addressing.go
 
 	major, minorCC, ret := h.GetCudaComputeCapability()
 	if err := check(ret, "compute capability", dev); err != nil {
@@ -220,6 +224,7 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 	} else {
 		g.NUMANode = r.sysfsNUMANode(g.PCIBusID)
 	}
+	g.PCIeRoot = r.pcieRoot(g.PCIBusID)
 
 	g.ComputeMode = Unknown
 	mode, ret := h.GetComputeMode()
@@ -229,12 +234,13 @@ func (r *reader) gpu(h nvml.Device, index int, g *GPU) error {
 		g.ComputeMode = computeModeName(mode)
 	}
 
-	current, _, ret := h.GetMigMode()
+	current, pending, ret := h.GetMigMode()
 	if ok, err := optional(ret, "MIG mode", dev); err != nil {
 		return err
 	} else if ok {
 		g.MIGCapable = true
 		g.MIGEnabled = current == nvml.DEVICE_MIG_ENABLE
+		g.MIGModePending = pending != current
 	}
 	if g.MIGEnabled {
 		if g.MIGDevices, err = r.migDevices(h, g); err != nil {
@@ -251,9 +257,10 @@ func (r *reader) migDevices(parent nvml.Device, g *GPU) ([]MIGDevice, error) {
 		return nil, err
 	}
 	var out []MIGDevice
+	seen := make(map[string]bool)
 	for j := range slots {
 		h, ret := parent.GetMigDeviceHandleByIndex(j)
-		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
+		if vanished(ret) {
 			continue // an empty slot
 		}
 		mdev := fmt.Sprintf("%s MIG device %d", dev, j)
@@ -261,20 +268,32 @@ func (r *reader) migDevices(parent nvml.Device, g *GPU) ([]MIGDevice, error) {
 			return nil, err
 		}
 		m := MIGDevice{ParentIndex: g.Index, ParentUUID: g.UUID, Index: j}
-		if m.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
+		// A MIG device destroyed while it is read (dynamic MIG's Unprepare
+		// runs beside discovery) answers INVALID_ARGUMENT or NOT_FOUND:
+		// it is gone, and skipped. One created meanwhile shifts the
+		// indexes, so a device may come twice: once is kept.
+		if m.UUID, ret = h.GetUUID(); vanished(ret) || seen[m.UUID] {
+			continue
+		} else if ret != nvml.SUCCESS {
 			return nil, check(ret, "UUID", mdev)
 		}
 		gi, ret := h.GetGpuInstanceId()
-		if err := check(ret, "GPU instance ID", mdev); err != nil {
+		if vanished(ret) {
+			continue
+		} else if err := check(ret, "GPU instance ID", mdev); err != nil {
 			return nil, err
 		}
 		ci, ret := h.GetComputeInstanceId()
-		if err := check(ret, "compute instance ID", mdev); err != nil {
+		if vanished(ret) {
+			continue
+		} else if err := check(ret, "compute instance ID", mdev); err != nil {
 			return nil, err
 		}
 		m.GPUInstanceID, m.ComputeInstanceID = gi, ci
 		attrs, ret := h.GetAttributes()
-		if err := check(ret, "attributes", mdev); err != nil {
+		if vanished(ret) {
+			continue
+		} else if err := check(ret, "attributes", mdev); err != nil {
 			return nil, err
 		}
 		m.Multiprocessors = int(attrs.MultiprocessorCount)
@@ -295,14 +314,24 @@ func (r *reader) migDevices(parent nvml.Device, g *GPU) ([]MIGDevice, error) {
 		}
 		profile, err := md.GetProfile()
 		if err != nil {
+			if _, ret := h.GetUUID(); vanished(ret) {
+				continue // destroyed while go-nvlib read it
+			}
 			return nil, fmt.Errorf("reading MIG profile of %s: %w", mdev, err)
 		}
 		info := profile.GetInfo()
 		m.Profile = profile.String()
 		m.GISlices, m.CISlices = info.G, info.C
+		seen[m.UUID] = true
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// vanished reports an answer about a MIG device handle that no longer
+// exists (or a slot without one).
+func vanished(ret nvml.Return) bool {
+	return ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT
 }
 
 func pcieLevel(l nvml.GpuTopologyLevel) PCIeLevel {
@@ -397,18 +426,6 @@ func normalizeBusID(id string) string {
 		return id
 	}
 	return domain + ":" + rest
-}
-
-func (r *reader) sysfsNUMANode(busID string) int {
-	data, err := os.ReadFile(filepath.Join(r.sysfsRoot, "sys/bus/pci/devices", busID, "numa_node"))
-	if err != nil {
-		return NoNUMANode
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || n < 0 {
-		return NoNUMANode
-	}
-	return n
 }
 
 func unknownOnError(s string, err error) string {

@@ -6,7 +6,8 @@ import (
 
 // Features converts an Inventory into NFD features, as the attribute catalog
 // (Attributes) describes them. The result is deterministic: instances are
-// ordered by GPU index, then MIG device index.
+// ordered by GPU index, then MIG device index; nvidia.vfio instances (only
+// on a node with VFIO devices) by PCI address.
 func Features(inv *Inventory) *nfdv1alpha1.Features {
 	f := nfdv1alpha1.NewFeatures()
 
@@ -37,7 +38,24 @@ func Features(inv *Inventory) *nfdv1alpha1.Features {
 	}
 	f.Instances[FeatureGPU] = nfdv1alpha1.InstanceFeatureSet{Elements: gpus}
 	f.Instances[FeatureMIG] = nfdv1alpha1.InstanceFeatureSet{Elements: migs}
+	if len(inv.VFIO) > 0 {
+		vfio := make([]nfdv1alpha1.InstanceFeature, 0, len(inv.VFIO))
+		for i := range inv.VFIO {
+			vfio = append(vfio, nfdv1alpha1.InstanceFeature{Attributes: VFIOAttributes(&inv.VFIO[i])})
+		}
+		f.Instances[FeatureVFIO] = nfdv1alpha1.InstanceFeatureSet{Elements: vfio}
+	}
 	return f
+}
+
+// VFIOAttributes returns the attributes of one nvidia.vfio instance.
+func VFIOAttributes(d *VFIODevice) map[string]string {
+	list := byFeature.vfio
+	attrs := make(map[string]string, len(list))
+	for i := range list {
+		attrs[list[i].Name] = list[i].vfio(d)
+	}
+	return attrs
 }
 
 // DriverAttributes returns the attributes of the nvidia.driver feature.
@@ -96,7 +114,7 @@ func migAttributes(parent []string, m *MIGDevice) map[string]string {
 
 // byFeature is the catalog split by feature, read-only like it, so that
 // building features does not scan the whole catalog for every instance.
-var byFeature = func() (v struct{ gpu, mig, parent, driver, flags []Attribute }) {
+var byFeature = func() (v struct{ gpu, mig, parent, vfio, driver, flags []Attribute }) {
 	for _, a := range catalog {
 		switch {
 		case a.Feature == FeatureGPU:
@@ -105,6 +123,8 @@ var byFeature = func() (v struct{ gpu, mig, parent, driver, flags []Attribute })
 			v.parent = append(v.parent, a)
 		case a.Feature == FeatureMIG:
 			v.mig = append(v.mig, a)
+		case a.Feature == FeatureVFIO:
+			v.vfio = append(v.vfio, a)
 		case a.Feature == FeatureDriver:
 			v.driver = append(v.driver, a)
 		case a.Feature == FeatureCapabilities:

@@ -1,5 +1,6 @@
 // Package discovery reads what a node's NVIDIA GPUs are through an injected
-// nvml.Interface (the real driver or the fake node) into an Inventory, turns
+// nvml.Interface (the real driver or the fake node), and those bound to
+// vfio-pci for virtual machines from sysfs, into an Inventory, turns
 // the Inventory into NFD features, and watches NVML for health events. What
 // a health event does to a device is decided here too: NVIDIA's XID catalog
 // (xidcatalog.go) gives the defaults, a HealthPolicy the overrides, and
@@ -9,7 +10,11 @@
 // or the Features derived from it; nothing downstream calls NVML.
 package discovery
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/featureplug/featureplug/discovery/migplace"
+)
 
 // Unknown is recorded for a string fact NVML does not support on a device
 // (ERROR_NOT_SUPPORTED): the fact is absent, not an error.
@@ -36,6 +41,11 @@ type Inventory struct {
 	// (ERROR_GPU_IS_LOST) before discovery could read their UUID: they are
 	// not in GPUs and cannot be advertised.
 	LostGPUs []int `json:"lostGPUs,omitempty"`
+	// VFIO are the NVIDIA GPUs reserved for VFIO passthrough to virtual
+	// machines, read from sysfs (NVML does not see them; vfio.go),
+	// ordered by PCI address. On a node whose GPUs are all bound to
+	// vfio-pci NVML is not read: the driver and NVML versions are empty.
+	VFIO []VFIODevice `json:"vfio,omitempty"`
 }
 
 // GPU is one physical GPU.
@@ -64,12 +74,29 @@ type GPU struct {
 	PCIBusID string `json:"pciBusID"`
 	// NUMANode is the NUMA node closest to the GPU, or NoNUMANode.
 	NUMANode int `json:"numaNode"`
+	// AddressingMode is how the GPU addresses system memory on a
+	// coherent platform (Grace Hopper, Grace Blackwell), as go-nvlib names
+	// it: "HMM", "ATS" or "None" (coherent, neither active); "" where the
+	// platform has none or the driver cannot tell.
+	AddressingMode string `json:"addressingMode,omitempty"`
+	// PCIeRoot is the PCIe root complex the GPU hangs off, as sysfs names
+	// it ("pci0000:00"): GPUs and NICs under one root share a host
+	// bridge, which GPUDirect RDMA wants. "" when sysfs does not tell
+	// (pcie.go).
+	PCIeRoot string `json:"pcieRoot,omitempty"`
 	// ComputeMode is "Default", "ExclusiveProcess", "Prohibited" or Unknown.
 	ComputeMode string `json:"computeMode"`
 	// MIGCapable reports whether the GPU supports MIG.
 	MIGCapable bool `json:"migCapable"`
 	// MIGEnabled reports whether MIG mode is currently enabled.
 	MIGEnabled bool `json:"migEnabled"`
+	// MIGModePending is set while a MIG mode change waits to take effect
+	// (NVML's pending mode differs from the current one): until the GPU is
+	// idle, or on Ampere until it is reset.
+	MIGModePending bool `json:"migModePending,omitempty"`
+	// MIGGeometry is how the GPU can be partitioned, read only by
+	// ReadMIGGeometry; nil otherwise and for GPUs that list no MIG profile.
+	MIGGeometry *MIGGeometry `json:"migGeometry,omitempty"`
 	// MIGDevices are the GPU's MIG devices (only when MIGEnabled), ordered
 	// by GPU instance ID, then compute instance ID.
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
@@ -115,17 +142,16 @@ type MIGDevice struct {
 	CISlices int `json:"ciSlices"`
 	// Engines counts the media and copy engines of the GPU instance.
 	Engines Engines `json:"engines"`
+	// GPUInstanceProfileID and Placement are the GPU instance's profile ID
+	// (GpuInstanceInfo.ProfileId) and placement, read only by
+	// ReadMIGGeometry.
+	GPUInstanceProfileID *uint32             `json:"gpuInstanceProfileID,omitempty"`
+	Placement            *migplace.Placement `json:"placement,omitempty"`
 }
 
 // Engines counts the engines of a GPU instance, as the GPU instance profile
 // reports them.
-type Engines struct {
-	Copy    int `json:"copy"`
-	Decoder int `json:"decoder"`
-	Encoder int `json:"encoder"`
-	JPEG    int `json:"jpeg"`
-	OFA     int `json:"ofa"`
-}
+type Engines = migplace.Engines
 
 // GPUByUUID returns the GPU with the given UUID.
 func (inv *Inventory) GPUByUUID(uuid string) (*GPU, bool) {

@@ -67,7 +67,18 @@ func countNVML(lib nvml.Interface) (nvml.Interface, *nvmlCounter) {
 	c := &nvmlCounter{calls: map[string]int{}}
 	m := &mock.Interface{}
 	c.fill(m, lib, "")
+	if p, ok := lib.(discovery.SysfsProvider); ok {
+		// The fake node's sysfs is no NVML call: pass it on.
+		return countingSysfsLib{m, p}, c
+	}
 	return m, c
+}
+
+// countingSysfsLib is a counted library whose wrapped one brings its own
+// sysfs.
+type countingSysfsLib struct {
+	*mock.Interface
+	discovery.SysfsProvider
 }
 
 func (c *nvmlCounter) wrapDevice(d nvml.Device) nvml.Device {
@@ -131,14 +142,19 @@ func (c *nvmlCounter) fill(m, target any, prefix string) {
 // call at a time takes 605 calls on NVIDIA's fake library.
 func TestDiscoveryNVMLCallBudget(t *testing.T) {
 	for _, tt := range []struct {
-		node   string
-		budget int
+		node     string
+		budget   int
+		geometry bool
 	}{
-		{"dgx-h100", nvmlCallBudget},
-		{"hgx-b200", nvmlCallBudget},
+		{"dgx-h100", nvmlCallBudget, false},
+		{"hgx-b200", nvmlCallBudget, false},
 		// Bridged pairs: every active link's remote end is read once
 		// (110 calls for 4 GPUs).
-		{"h100-nvl", nvmlCallBudget},
+		{"h100-nvl", nvmlCallBudget, false},
+		// Dynamic MIG's geometry (ReadMIGGeometry): per GPU a handle, one
+		// profile-info call per profile enum and one placements call per
+		// profile the GPU has.
+		{"dgx-h100", nvmlCallBudget + 8*(1+nvml.GPU_INSTANCE_PROFILE_COUNT+7), true},
 	} {
 		t.Run(tt.node, func(t *testing.T) {
 			node, err := fakenode.Named(tt.node)
@@ -149,6 +165,11 @@ func TestDiscoveryNVMLCallBudget(t *testing.T) {
 			inv, err := discovery.Discover(lib)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tt.geometry {
+				if err := discovery.ReadMIGGeometry(lib, inv); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if inv.GPUs[0].NVLinks == 0 || inv.Links[0][1].NVLinks == 0 {
 				t.Fatalf("the counted discovery lost NVLink: %+v", inv.Links[0][1])

@@ -170,6 +170,12 @@ func (w *HealthWatcher) state(uuid string) *gpuState {
 // with ERROR_GPU_IS_LOST, every GPU is probed and only those that answer
 // lost are reported (all of them when none does: NVML did not say which).
 func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, out chan<- HealthEvent) error {
+	if w.lib == nil {
+		// No NVML (a node whose GPUs are all bound to vfio-pci): no
+		// NVML events to watch.
+		<-ctx.Done()
+		return nil
+	}
 	set, ret := w.lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("creating NVML event set: %s", ret.Error())

@@ -31,6 +31,15 @@ func TestGoldenBundledNodes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Discover(%s): %v", name, err)
 			}
+			if node.VFIOCount() > 0 {
+				dir := t.TempDir()
+				if err := node.WriteSysfs(dir); err != nil {
+					t.Fatal(err)
+				}
+				if inv.VFIO, err = discovery.DiscoverVFIO(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
 			plan, err := mixed.Plan(inv, nil)
 			if err != nil {
 				t.Fatalf("mixed rules on %s: %v", name, err)

@@ -141,7 +141,9 @@ type LabelOptions struct {
 // Labels computes the node labels for an Inventory and, when plan is not
 // nil, for the resources the Plan serves. It is a pure function: the same
 // input gives the same map. A node without GPUs gets no labels at all, so
-// publishing the result removes stale ones. Names, values and presence
+// publishing the result removes stale ones; a node whose GPUs are all bound
+// to vfio-pci gets only featureplug.io/vfio.count and vfio.product
+// (vfio.go), which any node with VFIO GPUs gets. Names, values and presence
 // follow gpu-feature-discovery v0.20 (see README.md and golden_test.go for
 // where each comes from).
 //
@@ -188,7 +190,11 @@ type LabelOptions struct {
 // valid label keys are left out (see LabelOptions.OnDropped).
 func Labels(inv *discovery.Inventory, p *plan.Plan, opts LabelOptions) map[string]string {
 	l := labelSet{m: make(map[string]string), onDropped: opts.OnDropped}
-	if inv == nil || len(inv.GPUs) == 0 {
+	if inv == nil {
+		return l.m
+	}
+	l.vfioLabels(inv) // vfio.go
+	if len(inv.GPUs) == 0 {
 		return l.m
 	}
 

@@ -125,11 +125,12 @@ type LargestNode struct {
 // A problem found on several devices or nodes is reported once, on the
 // first.
 func (rs *RuleSet) CheckNodes(nodes []CheckNode) error {
-	c := &checkRun{rs: rs, seen: make(map[string]bool), largest: make(map[largestKey]*largestTally)}
+	c := &checkRun{rs: rs, seen: make(map[string]bool), largest: make(map[largestKey]*largestTally), dynamic: make(map[int]*dynamicTally)}
 	for _, n := range nodes {
 		c.node(n)
 	}
 	c.largestCaps()
+	c.dynamicProfiles() // migdynamic_check.go
 	return errors.Join(c.errs...)
 }
 
@@ -143,6 +144,9 @@ type checkRun struct {
 	// order first seen.
 	largest      map[largestKey]*largestTally
 	largestOrder []largestKey
+	// dynamic tallies, per dynamic rule (by index), the catalog GPUs it
+	// matched and their profiles (migdynamic_check.go).
+	dynamic map[int]*dynamicTally
 }
 
 // add records a problem once; key identifies it ("": its text).
@@ -184,6 +188,10 @@ func (c *checkRun) node(n CheckNode) {
 		clear(names)
 		most := 0
 		for _, r := range rs.rules {
+			if r.dynamic != nil {
+				c.dynamicOn(n, pl, r, t) // migdynamic_check.go
+				continue
+			}
 			if r.devices != t.kind || (t.kind == plan.DeviceGPU && t.gpu.MIGEnabled) {
 				continue
 			}
@@ -458,6 +466,9 @@ func (rs *RuleSet) checkError(r *rule, msg string) *Error {
 // checkDescription names a device by what makes it differ for rules: its
 // product and, for a MIG device, its profile.
 func checkDescription(t *target) string {
+	if t.vfio != nil {
+		return t.vfio.Product + " on vfio-pci"
+	}
 	if t.mig != nil {
 		return fmt.Sprintf("%s MIG %s", t.gpu.Product, t.mig.Profile)
 	}

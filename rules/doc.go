@@ -7,7 +7,7 @@
 //	kind: ResourceRules
 //	rules:
 //	- name: h100-shared            # names the rule in plans and explanations
-//	  devices: gpu                 # gpu: whole GPUs with MIG disabled; mig: MIG devices
+//	  devices: gpu                 # gpu: whole GPUs with MIG disabled; mig: MIG devices; vfio: GPUs bound to vfio-pci
 //	  nodeSelector:                # optional, on the node's labels
 //	    matchLabels: {pool: inference}
 //	  matchFeatures:               # optional, as in an NFD NodeFeatureRule
@@ -35,7 +35,10 @@
 // Every device is decided on its own. A rule sees the node-level features
 // nvidia.driver (attributes) and nvidia.capabilities (flags), and exactly one
 // instance of the device's feature: nvidia.gpu for a whole GPU; nvidia.mig
-// for a MIG device, whose parent GPU is then the one nvidia.gpu instance. The
+// for a MIG device, whose parent GPU is then the one nvidia.gpu instance;
+// nvidia.vfio for a GPU bound to vfio-pci for virtual machines, whose
+// resource goes to Plan.VFIO, is never shared, and is refused when its
+// IOMMU group cannot be passed through (vfio.go). The
 // features are those of discovery.Features, so rules match what
 // `kubectl get nodefeature` shows. The matchers are evaluated by NFD's own
 // package (sigs.k8s.io/node-feature-discovery/pkg/apis/nfd/nodefeaturerule)
@@ -68,8 +71,9 @@
 // unknown fields, invalid resource names
 // (see plan.ValidateResourceName), malformed NFD expressions, expressions that
 // cannot compare what featureplug publishes (Gt on a product name), bad
-// sharing settings, one resource given two sharing settings or two serves
-// on the same nodes (serve.go), and an unknown serve. Matching on
+// sharing settings (any sharing of devices: vfio), one resource given two
+// sharing settings or two serves on the same nodes (serve.go), one literal
+// resource given to containers and to VMs, and an unknown serve. Matching on
 // a feature or attribute featureplug never publishes is a warning. Plan
 // reports names a template makes invalid for a device, any device that
 // would be advertised twice, and one resource given two serves on a node.

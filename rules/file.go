@@ -26,13 +26,16 @@ type fileSpec struct {
 	ServeNothing bool `json:"serveNothing,omitempty"`
 	// Health is the health policy per node pool (health.go).
 	Health []healthSpec `json:"health,omitempty"`
+	// DRA says how DRA devices are published (dra.go).
+	DRA *draSpec `json:"dra,omitempty"`
 }
 
 // ruleSpec is one rule as written.
 type ruleSpec struct {
 	// Name identifies the rule in plans, explanations and errors.
 	Name string `json:"name"`
-	// Devices is "gpu" or "mig": what the rule can claim.
+	// Devices is "gpu", "mig" or "vfio" (GPUs bound to vfio-pci): what the
+	// rule can claim.
 	Devices plan.DeviceKind `json:"devices"`
 	// MatchFeatures and MatchAny are NFD's rule matchers, unchanged.
 	MatchFeatures nfdv1alpha1.FeatureMatcher `json:"matchFeatures,omitempty"`
@@ -47,4 +50,7 @@ type ruleSpec struct {
 	// device-plugin or dra; absent leaves it to the agent's --serve
 	// (serve.go).
 	Serve plan.Serve `json:"serve,omitempty"`
+	// MIG, on a devices: gpu rule, partitions the GPUs it claims on
+	// demand (migdynamic.go).
+	MIG *migSpec `json:"mig,omitempty"`
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/draattr"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -47,6 +48,9 @@ type RuleSet struct {
 	// serveNothing is the file's serveNothing: it means to serve no
 	// device (and has no rules).
 	serveNothing bool
+	// draCompat is the naming of DRA devices the dra section chooses
+	// (dra.go).
+	draCompat draattr.Compatibility
 }
 
 // rule is one compiled rule.
@@ -67,6 +71,9 @@ type rule struct {
 
 	sharing plan.Sharing // normalized; MPS holds only the values written
 	serve   plan.Serve   // as written; "" leaves it to the agent (serve.go)
+	// dynamic is the rule's mig section: it partitions GPUs on demand
+	// (migdynamic.go); nil for other rules.
+	dynamic *dynamicRule
 
 	// explain holds the matchers split into single expressions, in a stable
 	// order, to say which one failed.
@@ -229,11 +236,13 @@ func Parse(source string, data []byte) (*RuleSet, error) {
 		if !broken && r.tmpl == nil && r.resource != "" {
 			c.checkSharing(r, literal[r.resource])
 			c.checkServe(r, literal[r.resource]) // serve.go
+			c.checkKinds(r, literal[r.resource]) // vfio.go
 			literal[r.resource] = append(literal[r.resource], r)
 		}
 		rs.rules = append(rs.rules, r)
 	}
 	rs.health = c.compileHealth(spec.Health) // health.go
+	rs.draCompat = c.compileDRA(spec.DRA)    // dra.go
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}
@@ -368,11 +377,11 @@ func (c *checker) compile(i int, s *ruleSpec) *rule {
 		c.ruleError(r, path{"name"}, "", "required: rules are named in plans and explanations")
 	}
 	switch s.Devices {
-	case plan.DeviceGPU, plan.DeviceMIG:
+	case plan.DeviceGPU, plan.DeviceMIG, plan.DeviceVFIO:
 	case "":
-		c.ruleError(r, path{"devices"}, "", `required: "gpu" or "mig"`)
+		c.ruleError(r, path{"devices"}, "", `required: "gpu", "mig" or "vfio"`)
 	default:
-		c.ruleError(r, path{"devices"}, strconv.Quote(string(s.Devices)), `must be "gpu" or "mig"`)
+		c.ruleError(r, path{"devices"}, strconv.Quote(string(s.Devices)), `must be "gpu", "mig" or "vfio"`)
 	}
 
 	r.nfd = nfdv1alpha1.Rule{Name: s.Name, MatchFeatures: s.MatchFeatures, MatchAny: s.MatchAny}
@@ -383,9 +392,10 @@ func (c *checker) compile(i int, s *ruleSpec) *rule {
 	r.inputs, r.memoize = c.inputs(s)
 
 	c.compileSelector(r, s.NodeSelector)
+	c.compileServe(r, s.Serve) // serve.go
+	c.compileMIG(r, s)         // migdynamic.go
 	c.compileResource(r)
 	c.compileSharing(r, s.Sharing)
-	c.compileServe(r, s.Serve) // serve.go
 	return r
 }
 
@@ -420,29 +430,33 @@ func (c *checker) compileResource(r *rule) {
 			c.ruleError(r, field, strconv.Quote(r.resource), "invalid template: "+err.Error())
 			return
 		}
-		if r.devices != plan.DeviceGPU && r.devices != plan.DeviceMIG {
+		if r.devices != plan.DeviceGPU && r.devices != plan.DeviceMIG && r.devices != plan.DeviceVFIO {
 			r.tmpl = t
 			return
 		}
-		attrs := sampleAttributes(c.sample, r.devices)
+		kind := r.templateKind()
+		attrs := sampleAttributes(c.sample, kind)
 		name, err := executeTemplate(t, attrs)
 		if err != nil {
-			c.ruleError(r, field, strconv.Quote(r.resource), "template fails on a sample "+string(r.devices)+" device: "+err.Error())
+			c.ruleError(r, field, strconv.Quote(r.resource), "template fails on a sample "+string(kind)+" device: "+err.Error())
 			return
 		}
 		r.tmpl = t
 		r.tmplInputs, r.tmplMemoize = templateInputs(t, attrs)
 		if err := templateNameError(name); err != nil {
 			c.ruleWarning(r, field, strconv.Quote(r.resource),
-				fmt.Sprintf("on a sample %s device (%s) the template gives an invalid name: %v", r.devices, sampleDescription(c.sample, r.devices), err))
+				fmt.Sprintf("on a sample %s device (%s) the template gives an invalid name: %v", kind, sampleDescription(c.sample, kind), err))
 		}
 	}
 }
 
 // sampleDescription names the sample device of a kind in warnings.
 func sampleDescription(inv *discovery.Inventory, kind plan.DeviceKind) string {
-	if kind == plan.DeviceMIG {
+	switch kind {
+	case plan.DeviceMIG:
 		return inv.GPUs[1].Product + " MIG " + inv.GPUs[1].MIGDevices[0].Profile
+	case plan.DeviceVFIO:
+		return inv.VFIO[0].Product + " on vfio-pci"
 	}
 	return inv.GPUs[0].Product
 }

@@ -31,8 +31,8 @@ func TestBuiltinsLoadCleanly(t *testing.T) {
 			t.Errorf("Source() = %q, want %q", got, want)
 		}
 	}
-	if got := Default().RuleNames(); !slices.Equal(got, []string{"gpu"}) {
-		t.Errorf("Default().RuleNames() = %v, want [gpu]", got)
+	if got := Default().RuleNames(); !slices.Equal(got, []string{"gpu", "vfio"}) {
+		t.Errorf("Default().RuleNames() = %v, want [gpu vfio]", got)
 	}
 }
 
@@ -82,7 +82,7 @@ func TestParseErrors(t *testing.T) {
 		{"name missing", header + "- devices: gpu\n  resource: a.com/b\n", []string{"r.yaml:4: ", "rules[0]: name: required"}},
 		{"name duplicate", header + "- name: a\n  devices: gpu\n  resource: a.com/b\n- name: a\n  devices: mig\n  resource: a.com/c\n", []string{"r.yaml:7: ", `rules[1] "a": name: name already used by rules[0]`, `(have "a")`}},
 		{"devices missing", header + "- name: a\n  resource: a.com/b\n", []string{"r.yaml:4: ", `rules[0] "a": devices: required`}},
-		{"devices bad", header + "- name: a\n  devices: gpus\n  resource: a.com/b\n", []string{"r.yaml:5: ", `rules[0] "a": devices: must be "gpu" or "mig"`, `(have "gpus")`}},
+		{"devices bad", header + "- name: a\n  devices: gpus\n  resource: a.com/b\n", []string{"r.yaml:5: ", `rules[0] "a": devices: must be "gpu", "mig" or "vfio"`, `(have "gpus")`}},
 		{"resource missing", header + "- name: a\n  devices: gpu\n", []string{"r.yaml:4: ", `rules[0] "a": resource: required`}},
 		{"resource without domain", header + "- name: a\n  devices: gpu\n  resource: gpu\n", []string{"r.yaml:6: ", `rules[0] "a": resource: "gpu" is not an extended resource name`, "needs a domain"}},
 		{"resource kubernetes.io", header + "- name: a\n  devices: gpu\n  resource: kubernetes.io/gpu\n", []string{"r.yaml:6: ", "resource: ", `"kubernetes.io/gpu"`, "reserved"}},
@@ -173,7 +173,7 @@ func TestParseReportsEveryError(t *testing.T) {
 		`r.yaml:6: rules[0] "a": resource: "gpu" is not an extended resource name`,
 		`r.yaml:10: rules[1] "a": sharing.replicas: must be at least 1 (have 0)`,
 		`r.yaml:7: rules[1] "a": name: name already used by rules[0]`,
-		`r.yaml:12: rules[2] "c": devices: must be "gpu" or "mig" (have "gpus")`,
+		`r.yaml:12: rules[2] "c": devices: must be "gpu", "mig" or "vfio" (have "gpus")`,
 		`r.yaml:16: rules[2] "c": matchFeatures[0].matchExpressions.memory: invalid expression`,
 	}
 	if len(errs) != len(want) {

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/node-feature-discovery/pkg/apis/nfd/nodefeaturerule"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // termExplainer is one matcher term split into single expressions, in key
@@ -49,9 +48,8 @@ func (c *checker) checkMatcher(r *rule, at path, m nfdv1alpha1.FeatureMatcher) [
 			c.ruleWarning(r, tp.with("feature"), strconv.Quote(term.Feature),
 				"featureplug never publishes this feature, so the term never matches"+didYouMean(feature, c.schema.names())+
 					" (it publishes "+strings.Join(c.schema.names(), ", ")+")")
-		case feature == discovery.FeatureMIG && r.devices == plan.DeviceGPU:
-			c.ruleWarning(r, tp.with("feature"), strconv.Quote(term.Feature),
-				"a devices: gpu rule sees no nvidia.mig instance, so the term never matches")
+		default:
+			c.checkKindFeature(r, tp, term, feature) // vfio.go
 		}
 		if term.MatchExpressions != nil {
 			keys := make([]string, 0, len(*term.MatchExpressions))

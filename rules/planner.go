@@ -25,9 +25,10 @@ const (
 // target is one device being decided, with the features its rules see.
 type target struct {
 	kind     plan.DeviceKind
-	gpu      *discovery.GPU
-	mig      *discovery.MIGDevice // nil for a whole GPU
-	attrs    map[string]string    // the device's own attributes
+	gpu      *discovery.GPU        // nil for a VFIO device
+	mig      *discovery.MIGDevice  // nil for a whole GPU
+	vfio     *discovery.VFIODevice // set for a VFIO device (vfio.go)
+	attrs    map[string]string     // the device's own attributes
 	features *nfdv1alpha1.Features
 }
 
@@ -37,8 +38,9 @@ type target struct {
 //
 // Each device is matched on its own features: the node-level features
 // (nvidia.driver, nvidia.capabilities) and exactly one instance of its own
-// feature, nvidia.gpu for a whole GPU or nvidia.mig for a MIG device, whose
-// parent GPU is then also the only nvidia.gpu instance. The rules are tried
+// feature, nvidia.gpu for a whole GPU, nvidia.mig for a MIG device (whose
+// parent GPU is then also the only nvidia.gpu instance) or nvidia.vfio for
+// a GPU bound to vfio-pci (whose resource goes to Plan.VFIO, vfio.go). The rules are tried
 // in order with NFD's evaluator; the first that matches claims the device.
 //
 // A device whose rule's template fails or gives an invalid resource name
@@ -66,9 +68,11 @@ func (rs *RuleSet) plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 
 	pl := newPlanner(rs, nodeMiss)
 	plan := &plan.Plan{
-		Decisions:    make([]plan.Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()),
+		Decisions:    make([]plan.Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()+len(inv.VFIO)),
 		Links:        cloneLinks(inv.Links),
 		ServeNothing: rs.serveNothing,
+		// The DRA sink names devices as the file's dra section says.
+		DRACompatibility: string(rs.draCompat),
 	}
 	visitTargets(inv, func(t *target) {
 		plan.Decisions = append(plan.Decisions, pl.decide(t))
@@ -77,15 +81,17 @@ func (rs *RuleSet) plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 	if len(pl.errs) > 0 {
 		return nil, nil, errors.Join(pl.errs...)
 	}
-	plan.Resources = pl.resources()
-	if err := pl.checkCaps(plan.Resources); err != nil {
+	all := pl.resources()
+	if err := pl.checkCaps(all); err != nil {
 		return nil, nil, err
 	}
+	plan.Resources, plan.VFIO = splitVFIO(all) // vfio.go
 	plan.Problems = pl.problems
+	plan.DynamicMIG = pl.dynamic // migdynamic.go
 	for i := range plan.Decisions {
 		d := &plan.Decisions[i]
 		if d.Resource != "" {
-			r, _ := plan.Resource(d.Resource)
+			r, _ := resourceOf(plan, d.Resource)
 			s := r.Sharing
 			d.Sharing = &s
 			d.Serve = r.Serve
@@ -108,13 +114,16 @@ func newPlanner(rs *RuleSet, nodeMiss []string) *planner {
 		claims:   make(map[string]*claim),
 		memo:     make([]map[string]verdict, len(rs.rules)),
 		names:    make([]map[string]rendered, len(rs.rules)),
+
+		dynamicParents: make(map[string]*dynamicClaim),
 	}
 }
 
 // visitTargets calls visit for every device of the inventory, in inventory
-// order (each GPU, then its MIG devices), with the features its rules see:
-// the node-level features and exactly one instance of its own feature (a
-// MIG device also sees its parent as the one nvidia.gpu instance).
+// order (each GPU, then its MIG devices; the VFIO devices last), with the
+// features its rules see: the node-level features and exactly one
+// instance of its own feature (a MIG device also sees its parent as the
+// one nvidia.gpu instance).
 func visitTargets(inv *discovery.Inventory, visit func(*target)) {
 	feats := discovery.Features(inv)
 	gpuInst := feats.Instances[discovery.FeatureGPU].Elements
@@ -152,6 +161,7 @@ func visitTargets(inv *discovery.Inventory, visit func(*target)) {
 			visit(t)
 		}
 	}
+	visitVFIO(inv, feats, t, f, visit)
 }
 
 // instanceFor returns the attributes of element i of a feature's instances
@@ -192,6 +202,11 @@ type planner struct {
 	names   []map[string]rendered // per rule: template results by input values
 	sig     []byte                // scratch space for input signatures
 	skipped []plan.RuleMiss       // scratch space for the misses of one decision
+
+	// dynamic are the GPUs dynamic rules claimed, in inventory order, and
+	// dynamicParents the same by GPU UUID (migdynamic.go).
+	dynamic        []plan.DynamicGPU
+	dynamicParents map[string]*dynamicClaim
 }
 
 // verdict is the outcome of one rule on one set of inputs.
@@ -286,6 +301,9 @@ type claim struct {
 	sharing plan.Sharing
 	devices []claimed
 	minMem  uint64 // smallest device memory, for MPS defaults
+	vfio    bool   // a resource of VFIO devices (vfio.go)
+	// dynamic: a dynamic rule gives the resource (migdynamic.go).
+	dynamic bool
 }
 
 // claimed is a device given to a resource, with what sorting and checking
@@ -298,11 +316,9 @@ type claimed struct {
 
 // decide runs the rules on one device.
 func (pl *planner) decide(t *target) plan.Decision {
-	d := plan.Decision{Kind: t.kind, Description: describe(t)}
-	if t.mig != nil {
-		d.Device = t.mig.UUID
-	} else {
-		d.Device = t.gpu.UUID
+	d := plan.Decision{Kind: t.kind, Description: describe(t), Device: t.id()}
+	if pl.decideDynamicMIG(t, &d) { // migdynamic.go
+		return d
 	}
 	skipped := pl.skipped[:0]
 	defer func() { pl.skipped = skipped }()
@@ -312,14 +328,14 @@ func (pl *planner) decide(t *target) plan.Decision {
 			continue
 		}
 		if r.devices != t.kind {
-			why := missWantsMIG
-			if t.kind == plan.DeviceMIG {
-				why = missWantsGPU
-			}
-			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: why})
+			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: kindMiss(r.devices, t.kind)})
 			continue
 		}
-		if t.kind == plan.DeviceGPU && t.gpu.MIGEnabled {
+		switch {
+		case r.dynamic != nil && !t.gpu.MIGCapable:
+			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: missNotMIGCapable})
+			continue
+		case r.dynamic == nil && t.kind == plan.DeviceGPU && t.gpu.MIGEnabled:
 			skipped = append(skipped, plan.RuleMiss{Rule: r.name, Reason: missMIGEnabled})
 			continue
 		}
@@ -328,6 +344,16 @@ func (pl *planner) decide(t *target) plan.Decision {
 			continue
 		}
 		d.Rule = r.name
+		if r.dynamic != nil {
+			if problem := pl.claimDynamic(r, t, d.Description); problem != nil {
+				d.Problem = problem.Error()
+				pl.problems = append(pl.problems, plan.Problem{Device: d.Device, Description: d.Description, Rule: r.name, Message: d.Problem})
+				pl.problemErrs = append(pl.problemErrs, problem)
+			} else {
+				d.Dynamic = true
+			}
+			break
+		}
 		name, problem := pl.claim(r, t, d.Description)
 		if problem != nil {
 			d.Problem = problem.Error()
@@ -344,9 +370,12 @@ func (pl *planner) decide(t *target) plan.Decision {
 	return d
 }
 
-// describe names a device for people: "GPU 0 NVIDIA A100-SXM4-40GB" or
-// "GPU 0 MIG 1 (3g.20gb)".
+// describe names a device for people: "GPU 0 NVIDIA A100-SXM4-40GB",
+// "GPU 0 MIG 1 (3g.20gb)" or "VFIO NVIDIA L40S".
 func describe(t *target) string {
+	if t.vfio != nil {
+		return describeVFIO(t.vfio)
+	}
 	if t.mig != nil {
 		return fmt.Sprintf("GPU %d MIG %d (%s)", t.gpu.Index, t.mig.Index, t.mig.Profile)
 	}
@@ -366,8 +395,11 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name string, problem 
 		}
 		name = rendered.name
 		if rendered.invalid != nil {
-			return name, pl.problem(r, fmt.Sprintf("template gives %q for %s (%s): %v", name, desc, t.attrs[discovery.AttrUUID], rendered.invalid))
+			return name, pl.problem(r, fmt.Sprintf("template gives %q for %s (%s): %v", name, desc, t.id(), rendered.invalid))
 		}
+	}
+	if t.vfio != nil {
+		return pl.claimVFIO(r, t, name, desc) // vfio.go
 	}
 	// A devices: gpu rule only claims GPUs with MIG disabled, and a
 	// WholeGPUOnly strategy (mps) is refused at load time for devices: mig,
@@ -389,6 +421,8 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name string, problem 
 		c = &claim{rule: r, sharing: r.sharing, minMem: t.memory()}
 		pl.claims[name] = c
 		pl.order = append(pl.order, name)
+	} else if !pl.sameKind(c, r, t, name, desc) { // vfio.go
+		return "", nil
 	} else if c.rule != r && !c.sharing.Same(r.sharing) {
 		pl.fail(r, "sharing", r.sharing.String(), fmt.Sprintf("resource %q of %s is also given by rules[%d] %q with sharing %s; a resource has one sharing",
 			name, desc, c.rule.index, c.rule.name, c.sharing.String()))
@@ -441,9 +475,13 @@ func (pl *planner) checkCaps(resources []plan.Resource) error {
 	return errors.Join(errs...)
 }
 
-// memory is the device's memory in MiB.
+// memory is the device's memory in MiB (0 for a VFIO device: NVML does
+// not see it).
 func (t *target) memory() uint64 {
-	if t.mig != nil {
+	switch {
+	case t.vfio != nil:
+		return 0
+	case t.mig != nil:
 		return t.mig.MemoryMiB
 	}
 	return t.gpu.MemoryMiB
@@ -505,7 +543,7 @@ func (pl *planner) resources() []plan.Resource {
 		for i := range c.devices {
 			devs[i] = c.devices[i].Device
 		}
-		out = append(out, plan.Resource{Name: name, Sharing: s, Serve: c.rule.serve, Devices: devs})
+		out = append(out, plan.Resource{Name: name, Sharing: s, Serve: c.rule.serve, Devices: devs, Dynamic: c.dynamic})
 	}
 	slices.SortFunc(out, func(a, b plan.Resource) int { return cmp.Compare(a.Name, b.Name) })
 	return out

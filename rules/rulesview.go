@@ -83,7 +83,8 @@ type RuleMatch struct {
 	Rule int
 	// Kind is the device's kind.
 	Kind plan.DeviceKind
-	// Device is the device ID (GPU or MIG UUID).
+	// Device is the device ID (GPU or MIG UUID, a VFIO device's PCI
+	// address).
 	Device string
 	// Name is the resource name the rule gives the device; "" when its
 	// template fails on the device or gives an invalid name (Problem
@@ -91,7 +92,8 @@ type RuleMatch struct {
 	Name    string
 	Problem string
 	// Attributes are the device's own feature instance (nvidia.gpu for a
-	// GPU, nvidia.mig for a MIG device): what a template reads.
+	// GPU, nvidia.mig for a MIG device, nvidia.vfio for a VFIO device):
+	// what a template reads.
 	Attributes map[string]string
 }
 
@@ -102,10 +104,7 @@ type RuleMatch struct {
 func (rs *RuleSet) Matches(inv *discovery.Inventory, visit func(RuleMatch)) {
 	pl := newPlanner(rs, make([]string, len(rs.rules)))
 	visitTargets(inv, func(t *target) {
-		id := t.gpu.UUID
-		if t.mig != nil {
-			id = t.mig.UUID
-		}
+		id := t.id()
 		for _, r := range rs.rules {
 			if r.devices != t.kind || (t.kind == plan.DeviceGPU && t.gpu.MIGEnabled) || !pl.evaluate(r, t).match {
 				continue

@@ -11,7 +11,7 @@ import (
 // and attributes featureplug publishes (and what their values look like),
 // and its devices are what templates are tried on. GPU 0 is a whole GPU,
 // GPU 1 has MIG enabled with one MIG device; the two are joined by NVLink so
-// that every capability flag is set.
+// that every capability flag is set. One more GPU is bound to vfio-pci.
 func sampleInventory() *discovery.Inventory {
 	gpu := func(index int, uuid string, mig bool) discovery.GPU {
 		return discovery.GPU{
@@ -37,6 +37,7 @@ func sampleInventory() *discovery.Inventory {
 		CUDADriverVersion: "12.8",
 		NVMLVersion:       "12.570.86.15",
 		GPUs:              []discovery.GPU{g0, g1},
+		VFIO:              []discovery.VFIODevice{sampleVFIO()}, // vfio.go
 		Links: discovery.LinkMatrix{
 			{{}, {NVLinks: 12, PCIe: discovery.PCIeSystem}},
 			{{NVLinks: 12, PCIe: discovery.PCIeSystem}, {}},
@@ -125,9 +126,12 @@ func sampleValue(f *nfdv1alpha1.Features, feature, name string) (string, bool) {
 // sampleAttributes returns the attributes of the sample device of a kind,
 // for trying templates.
 func sampleAttributes(inv *discovery.Inventory, kind plan.DeviceKind) map[string]string {
-	if kind == plan.DeviceMIG {
+	switch kind {
+	case plan.DeviceMIG:
 		g := &inv.GPUs[1]
 		return discovery.MIGAttributes(g, &g.MIGDevices[0])
+	case plan.DeviceVFIO:
+		return discovery.VFIOAttributes(&inv.VFIO[0])
 	}
 	return discovery.GPUAttributes(inv, &inv.GPUs[0])
 }

@@ -106,16 +106,22 @@ func addRulesFiles(cmd *cobra.Command, files *[]string, usage string) {
 
 // applyConventions makes every command of the tree report usage errors
 // alike: a bad flag and bad arguments exit with exitUsage, whatever cobra
-// validator found them. A command's own flag-error handling (rules diff's
-// JSON report) still runs first.
-func applyConventions(c *cobra.Command) {
-	own := c.FlagErrorFunc()
-	c.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return asUsageError(own(cmd, err)) })
+// validator found them. The flag-error function is set on the root alone,
+// since cobra's subcommands inherit it; a command that reports its errors
+// in its own output format (rules diff -o json) keeps the one it set.
+func applyConventions(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return asUsageError(err) })
+	wrapArgs(root)
+}
+
+// wrapArgs makes the argument validators of c and its subcommands return
+// usage errors.
+func wrapArgs(c *cobra.Command) {
 	if args := c.Args; args != nil {
 		c.Args = func(cmd *cobra.Command, a []string) error { return asUsageError(args(cmd, a)) }
 	}
 	for _, sub := range c.Commands() {
-		applyConventions(sub)
+		wrapArgs(sub)
 	}
 }
 

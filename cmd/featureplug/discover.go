@@ -33,13 +33,17 @@ func newDiscoverCommand() *cobra.Command {
 		Use:   "discover",
 		Short: "Discover the node's GPUs and print them with their NFD features",
 		Long: `Discover reads the node's GPUs through NVML (or a fake node) and prints the
-Inventory (GPUs, MIG devices, links) and the NFD features derived from it,
-exactly as the agent publishes them.`,
+Inventory (GPUs, MIG devices, links; GPUs bound to vfio-pci for virtual
+machines, read from sysfs) and the NFD features derived from it, exactly as
+the agent publishes them. A node whose GPUs are all bound to vfio-pci needs
+no NVIDIA driver.`,
 		Example: `  featureplug discover --fake-node dgx-a100
   featureplug discover -o yaml
   featureplug discover --fake-node dgx-h100 -o labels --rules per-model
   featureplug discover -o labels --rules nvidia-config.yaml --node-labels nvidia.com/device-plugin.config=sliced
-  featureplug discover --driver-root /run/nvidia/driver -o json`,
+  featureplug discover --driver-root /run/nvidia/driver -o json
+  featureplug discover --fake-node l40s-vfio
+  featureplug discover --sysfs-root /host`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "yaml", "json", "labels"); err != nil {
 				return err
@@ -110,8 +114,13 @@ func printDiscovery(w io.Writer, format string, inv *discovery.Inventory) error 
 
 func printInventoryTable(w io.Writer, inv *discovery.Inventory, f *nfdv1alpha1.Features) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "Driver %s, CUDA %s, NVML %s: %d GPUs, %d MIG devices\n\n",
-		inv.DriverVersion, inv.CUDADriverVersion, inv.NVMLVersion, len(inv.GPUs), inv.MIGDeviceCount())
+	if inv.DriverVersion == "" {
+		// A node whose GPUs are all bound to vfio-pci: NVML was not read.
+		fmt.Fprintf(&b, "No NVIDIA driver (NVML not read): %d GPUs%s\n", len(inv.GPUs), vfioSummary(inv))
+	} else {
+		fmt.Fprintf(&b, "Driver %s, CUDA %s, NVML %s: %d GPUs, %d MIG devices%s\n\n",
+			inv.DriverVersion, inv.CUDADriverVersion, inv.NVMLVersion, len(inv.GPUs), inv.MIGDeviceCount(), vfioSummary(inv))
+	}
 	var rows bytes.Buffer
 	rows.WriteString("GPU\tPRODUCT\tMEMORY\tARCH\tCC\tNUMA\tPCI\tMIG\tUUID\n")
 	for _, g := range inv.GPUs {
@@ -129,7 +138,9 @@ func printInventoryTable(w io.Writer, inv *discovery.Inventory, f *nfdv1alpha1.F
 				m.Profile, m.GPUInstanceID, m.ComputeInstanceID, m.MemoryMiB, m.Multiprocessors, m.UUID)
 		}
 	}
-	b.WriteString(aligned(rows.String()))
+	if len(inv.GPUs) > 0 {
+		b.WriteString(aligned(rows.String()))
+	}
 	if len(inv.Links) > 1 {
 		b.WriteString("\nLinks:\n")
 		rows.Reset()
@@ -150,6 +161,7 @@ func printInventoryTable(w io.Writer, inv *discovery.Inventory, f *nfdv1alpha1.F
 		}
 		b.WriteString(aligned(rows.String()))
 	}
+	writeVFIOTable(&b, inv) // discover_vfio.go
 	b.WriteString("\nFeatures:\n")
 	writeFeatures(&b, f)
 	_, err := w.Write(b.Bytes())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -35,12 +36,15 @@ func newDRAClassesCommand() *cobra.Command {
 		output    string
 		fakeNode  string
 		nvml      bool
+		cluster   clusterFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "classes",
 		Short: "Print one DRA DeviceClass per resource name of a rules file",
 		Long: `Classes prints one DeviceClass (resource.k8s.io/v1) per resource name the rules
-give, named after it (example.com/a100-80gb -> a100-80gb.example.com), with
+give, named after it in featureplug's domain (example.com/a100-80gb ->
+a100-80gb.example.com.featureplug.io, nvidia.com/gpu ->
+gpu.nvidia.com.featureplug.io: never the name of another driver's class), with
 spec.extendedResourceName set to that name, so that a pod asking for the
 extended resource is served from featureplug's ResourceSlices. Its CEL selector
 is compiled from the rules' NFD match expressions over the device attributes
@@ -54,10 +58,25 @@ stderr with the rule, field and value, and the classes it affects select on the
 resource attribute the agent publishes instead, which is always right.
 Resources whose rules all say serve: device-plugin get no class.
 
+With the rules file's dra.compatibility: nvidia, NVIDIA's DRA driver's classes
+gpu.nvidia.com (serving nvidia.com/gpu) and mig.nvidia.com come too, selecting
+the GPUs and MIG devices of both drivers, so claims written for NVIDIA's driver
+work on featureplug's nodes and NVIDIA's alike (docs/migration.md).
+
+A class must not take the name or extended resource of another driver's class:
+applying it would overwrite that class, or (the newest class with an extended
+resource wins) take the pods asking for it. Offline, the classes are checked
+against those NVIDIA's DRA driver installs and each clash is a warning. With
+--kubeconfig or --context they are checked against the cluster's classes: a
+clash is an error and nothing is printed, except that with compatibility on
+featureplug's gpu.nvidia.com and mig.nvidia.com replace NVIDIA's (a warning),
+selecting what those select and featureplug's devices too.
+
 A rules file is a path, a builtin name (` + strings.Join(rules.BuiltinNames(), ", ") + `) or an
 NVIDIA device-plugin config, as for rules check.`,
 		Example: `  featureplug dra classes --rules mixed | kubectl apply -f -
-  featureplug dra classes --rules /etc/featureplug/rules.yaml -o json`,
+  featureplug dra classes --rules /etc/featureplug/rules.yaml -o json
+  featureplug dra classes --rules rules.yaml --kubeconfig ~/.kube/config`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "yaml", "json"); err != nil {
 				return err
@@ -83,6 +102,9 @@ NVIDIA device-plugin config, as for rules check.`,
 			}
 			printWarnings(cmd.ErrOrStderr(), rs)
 			printClassWarnings(cmd.ErrOrStderr(), res)
+			if err := checkClassClashes(cmd, &cluster, res); err != nil {
+				return err
+			}
 			return writeClasses(cmd.OutOrStdout(), output, res)
 		},
 	}
@@ -91,7 +113,47 @@ NVIDIA device-plugin config, as for rules check.`,
 	cmd.Flags().StringVar(&fakeNode, "fake-node", "",
 		"also give classes to the names templates give on this fake node: a bundled name ("+bundledNodeList()+") or a YAML file")
 	cmd.Flags().BoolVar(&nvml, "nvml", false, "also give classes to the names templates give on this machine's GPUs (NVML under /)")
+	cmd.Flags().StringVar(&cluster.kubeconfig, "kubeconfig", "", "check the classes against the DeviceClasses of the cluster of this kubeconfig file: refuse a class another driver's class has the name or extended resource of")
+	cmd.Flags().StringVar(&cluster.context, "context", "", "check the classes against the cluster of this kubeconfig context (default: the current context)")
+	cmd.Flags().DurationVar(&cluster.timeout, "request-timeout", 30*time.Second, "how long to wait for the API server when checking the cluster's classes")
 	return cmd
+}
+
+// checkClassClashes checks the classes against other drivers' classes:
+// the cluster's when --kubeconfig or --context is given (a clash is an
+// error, but for NVIDIA's classes that NVIDIA compatibility replaces),
+// else those NVIDIA's DRA driver installs (each clash a warning).
+func checkClassClashes(cmd *cobra.Command, cluster *clusterFlags, res *draclass.Result) error {
+	errOut := cmd.ErrOrStderr()
+	if !cmd.Flags().Changed("kubeconfig") && !cmd.Flags().Changed("context") {
+		for _, c := range res.Clashes(draclass.NVIDIAClasses()) {
+			where := "where NVIDIA's DRA driver is installed"
+			fmt.Fprintf(errOut, "warning: %s: %s (check a cluster with --kubeconfig)\n", where, c)
+		}
+		return nil
+	}
+	r, err := cluster.reader()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), cluster.timeout)
+	defer cancel()
+	installed, err := r.DeviceClasses(ctx)
+	if err != nil {
+		return err
+	}
+	var refused []string
+	for _, c := range res.Clashes(installed) {
+		if c.Replaces {
+			fmt.Fprintf(errOut, "warning: %s\n", c)
+			continue
+		}
+		refused = append(refused, c.String())
+	}
+	if len(refused) > 0 {
+		return &exitError{code: exitFailed, err: fmt.Errorf("refusing to print classes that would shadow the cluster's:\n  %s", strings.Join(refused, "\n  "))}
+	}
+	return nil
 }
 
 // draClassNodes discovers the nodes, besides the catalog's, whose devices

@@ -22,6 +22,9 @@ func draExplainView(errOut io.Writer, rs *rules.RuleSet) map[string]rules.DRACla
 	}
 	view := make(map[string]rules.DRAClass, len(res.Classes)+len(res.DevicePlugin))
 	for _, c := range res.Classes {
+		if c.NVIDIA {
+			continue // NVIDIA's classes, which compatibility adds, are no resource's
+		}
 		view[c.Resource] = rules.DRAClass{Name: c.Name, Selector: c.Selector, Fallback: c.Fallback, NodeSelectors: slices.Clone(c.NodeSelectors)}
 	}
 	for _, name := range res.DevicePlugin {

@@ -124,6 +124,7 @@ func newRulesExplainCommand() *cobra.Command {
 		nodeLabels map[string]string
 		mpsControl string
 		view       explainView
+		claims     claimFlags // --claim: rules_explain_claim.go
 	)
 	cmd := &cobra.Command{
 		Use:   "explain",
@@ -135,16 +136,31 @@ resources. Without --rules it explains the default rules (builtin "none").
 When a resource is served through DRA (a rule's serve: dra, or --serve dra as
 the agent is run with), or with --dra, the DRA view follows: per device and
 resource the kubelet API that serves it, and per resource the DeviceClass and
-CEL selector "featureplug dra classes" makes for it.`,
+CEL selector "featureplug dra classes" makes for it.
+
+With --claim FILE it explains ResourceClaims instead: for each node (--fake-node,
+this machine, --node, or every bundled fake node with --all-fake-nodes), which
+devices kube-scheduler's allocator would give each request of each claim in the
+file, for a firstAvailable request which subrequest, and how many of the node's
+devices each request or subrequest matches (evaluating the classes' and the
+claim's CEL selectors as the scheduler does), including devices the rules serve
+through the device plugin, which a claim cannot get.`,
 		Example: `  featureplug rules explain --rules mixed --fake-node dgx-a100
   featureplug rules explain --rules rules.yaml --fake-node ./node.yaml --node-labels pool=inference
-  featureplug rules explain --rules /etc/featureplug/rules.yaml -o json`,
+  featureplug rules explain --rules /etc/featureplug/rules.yaml -o json
+  featureplug rules explain --rules mixed --serve dra --claim claim.yaml --all-fake-nodes`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "yaml", "json"); err != nil {
 				return err
 			}
 			if err := view.check(); err != nil {
 				return err
+			}
+			if claims.file != "" {
+				return claims.explain(cmd, src, &cluster, rulesFile, nodeLabels, output)
+			}
+			if claims.allFakeNodes {
+				return usageErrorf("--all-fake-nodes explains a claim on every bundled fake node: it needs --claim")
 			}
 			if cluster.node != "" {
 				return cluster.explain(cmd, rulesFile, output)
@@ -182,6 +198,7 @@ CEL selector "featureplug dra classes" makes for it.`,
 	cmd.Flags().StringVar((*string)(&view.serve), "serve", string(plan.ServeDevicePlugin), "the kubelet API of resources whose rule does not say serve, as the agent's run --serve: device-plugin or dra")
 	cmd.Flags().BoolVar(&view.dra, "dra", false, "show the DRA view (serving API, DeviceClass and CEL selector per resource) even when no resource is served through DRA")
 	cmd.Flags().BoolVar(&view.health, "health", false, "show the node's health policy (what each XID and health event does) even when no health entry of the rules selects the node")
+	claims.addFlags(cmd) // after --serve, which the claim mode reads too
 	return cmd
 }
 

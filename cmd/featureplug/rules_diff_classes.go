@@ -100,11 +100,14 @@ func classSelector(dc *resourcev1.DeviceClass) string {
 	return strings.Join(exprs, " && ")
 }
 
-// compiledSelectors are the selectors of compiled classes by resource.
+// compiledSelectors are the selectors of compiled classes by resource
+// (the rules' classes: not NVIDIA's, which NVIDIA compatibility adds).
 func compiledSelectors(res *draclass.Result) map[string]string {
 	out := make(map[string]string, len(res.Classes))
 	for _, cl := range res.Classes {
-		out[cl.Resource] = cl.Selector
+		if !cl.NVIDIA {
+			out[cl.Resource] = cl.Selector
+		}
 	}
 	return out
 }

@@ -350,7 +350,7 @@ func TestRulesDiffServeDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl, _ := classes.Class("nvidia.com/gpu")
-	if want := []diffClassChange{{Op: opClassAdded, Resource: "nvidia.com/gpu", Class: "gpu.nvidia.com", To: cl.Selector}}; !reflect.DeepEqual(rep.DeviceClasses, want) {
+	if want := []diffClassChange{{Op: opClassAdded, Resource: "nvidia.com/gpu", Class: "gpu.nvidia.com.featureplug.io", To: cl.Selector}}; !reflect.DeepEqual(rep.DeviceClasses, want) {
 		t.Errorf("deviceClasses %s, want %s", diffDump(rep.DeviceClasses), diffDump(want))
 	}
 
@@ -365,7 +365,7 @@ func TestRulesDiffServeDRA(t *testing.T) {
 	other.Spec.Selectors[0].CEL.Expression = `device.driver == "gpu.featureplug.io"`
 	r.classes = []resourcev1.DeviceClass{*other}
 	rep = diffJSON(t, r, diffExitPass, "--rules", dra)
-	if want := []diffClassChange{{Op: opClassChanged, Resource: "nvidia.com/gpu", Class: "gpu.nvidia.com", From: `device.driver == "gpu.featureplug.io"`, To: cl.Selector}}; !reflect.DeepEqual(rep.DeviceClasses, want) {
+	if want := []diffClassChange{{Op: opClassChanged, Resource: "nvidia.com/gpu", Class: "gpu.nvidia.com.featureplug.io", From: `device.driver == "gpu.featureplug.io"`, To: cl.Selector}}; !reflect.DeepEqual(rep.DeviceClasses, want) {
 		t.Errorf("deviceClasses %s", diffDump(rep.DeviceClasses))
 	}
 

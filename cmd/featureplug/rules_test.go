@@ -65,7 +65,7 @@ rules:
 		wantErrOut []string
 	}{
 		{"builtin and file", []string{"check", "mixed", pools}, 0,
-			[]string{"mixed: ok, 2 rules (gpu, mig)", "pools.yaml: ok, 4 rules (inference-h100, big-mig, small-mig, rest)"}, nil},
+			[]string{"mixed: ok, 3 rules (gpu, mig, vfio)", "pools.yaml: ok, 4 rules (inference-h100, big-mig, small-mig, rest)"}, nil},
 		{"warnings", []string{"check", warn}, 0, []string{"warn.yaml: ok, 1 warning, 1 rule (fans)"},
 			[]string{`warning: ` + warn + `:6: rules[0] "fans": matchFeatures[0].feature: featureplug never publishes this feature`}},
 		{"every error", []string{"check", pools, bad}, 1, []string{"pools.yaml: ok"}, []string{
@@ -73,7 +73,7 @@ rules:
 			`many-errors.yaml:8: rules[0] "typo": sharing: unknown field "stratgy"`,
 			`many-errors.yaml:15: rules[1] "bad-expression": matchFeatures[0].matchExpressions.memory: invalid expression`,
 			`many-errors.yaml:19: rules[2] "bad-name": resource: "kubernetes.io/mig"`,
-			`many-errors.yaml:21: rules[3] "typo": devices: must be "gpu" or "mig" (have "everything")`,
+			`many-errors.yaml:21: rules[3] "typo": devices: must be "gpu", "mig" or "vfio" (have "everything")`,
 			`many-errors.yaml:23: rules[3] "typo": sharing.replicas: must be at least 1 (have 0)`,
 			`many-errors.yaml:20: rules[3] "typo": name: name already used by rules[0]`,
 		}},

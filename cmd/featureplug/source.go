@@ -28,7 +28,7 @@ func (s *sourceFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&s.nvmlLibrary, "nvml-library", "",
 		"explicit path to libnvidia-ml.so.1 (wins over --driver-root)")
 	fs.StringVar(&s.sysfsRoot, "sysfs-root", "/",
-		"root under which /sys is read for NUMA nodes NVML does not report")
+		"root under which the host's /sys and /dev are read: GPUs bound to vfio-pci, NUMA nodes NVML does not report (e.g. /host); with --fake-node, where the fake node lays out its sysfs tree (default: a temporary directory)")
 }
 
 func bundledNodeList() string {
@@ -47,13 +47,18 @@ func bundledNodeList() string {
 // NVML library. The caller must Close it.
 func (s sourceFlags) open() (agent.GPUSource, error) {
 	if s.fakeNode != "" {
-		return gpusource.OpenFake(s.fakeNode)
+		var opts []gpusource.FakeOption
+		if s.sysfsRoot != "" && s.sysfsRoot != "/" {
+			opts = append(opts, gpusource.WithFakeSysfsRoot(s.sysfsRoot))
+		}
+		return gpusource.OpenFake(s.fakeNode, opts...)
 	}
 	return gpusource.OpenReal(discovery.NVMLOptions{LibraryPath: s.nvmlLibrary, DriverRoot: s.driverRoot}, s.sysfsRoot)
 }
 
-// discoverInventory opens the source, reads the Inventory once and closes
-// the source again.
+// discoverInventory opens the source, reads the Inventory once, with the
+// MIG geometry of its GPUs (what rules that partition GPUs on demand plan
+// from, and what `discover` shows), and closes the source again.
 func discoverInventory(ctx context.Context, s sourceFlags) (*discovery.Inventory, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -63,6 +68,12 @@ func discoverInventory(ctx context.Context, s sourceFlags) (*discovery.Inventory
 		return nil, err
 	}
 	defer src.Close()
-	inv, _, err := src.Discover()
-	return inv, err
+	inv, lib, err := src.Discover()
+	if err != nil {
+		return nil, err
+	}
+	if err := discovery.ReadMIGGeometry(lib, inv); err != nil {
+		return nil, err
+	}
+	return inv, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
+	"github.com/featureplug/featureplug/discovery/migplace"
 	"github.com/featureplug/featureplug/rules/catalog"
 )
 
@@ -20,24 +21,43 @@ var (
 	plainSemver = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
 )
 
-func TestNamesAreUniqueCIdentifiers(t *testing.T) {
-	for _, kind := range []string{draattr.TypeGPU, draattr.TypeMIG} {
-		names := draattr.Names(kind)
-		if len(names) == 0 {
-			t.Fatalf("%s: no names", kind)
-		}
-		// +1: the sink's shares capacity of a time-sliced device.
-		if len(names)+1 > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
-			t.Errorf("%s devices can carry %d attributes and capacities, resource.k8s.io allows %d", kind, len(names), resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
-		}
-		seen := map[resourceapi.QualifiedName]bool{}
-		for _, n := range names {
-			if seen[n.Name] {
-				t.Errorf("%s: name %q twice", kind, n.Name)
+// schemas are the namings the tests cover.
+var schemas = []draattr.Compatibility{draattr.Own, draattr.NVIDIA}
+
+func schemaFor(t *testing.T, c draattr.Compatibility) *draattr.Schema {
+	t.Helper()
+	s, err := draattr.For(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestNamesAreUniqueQualifiedNames(t *testing.T) {
+	for _, c := range schemas {
+		s := schemaFor(t, c)
+		for _, kind := range []string{draattr.TypeGPU, draattr.TypeMIG} {
+			names := s.Names(kind)
+			if len(names) == 0 {
+				t.Fatalf("%q %s: no names", c, kind)
 			}
-			seen[n.Name] = true
-			if !cIdentifier.MatchString(string(n.Name)) || len(n.Name) > resourceapi.DeviceMaxIDLength {
-				t.Errorf("%s: name %q is not a C identifier of at most %d characters", kind, n.Name, resourceapi.DeviceMaxIDLength)
+			// +1: the sink's shares capacity of a time-sliced device.
+			if len(names)+1 > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
+				t.Errorf("%q %s devices can carry %d attributes and capacities, resource.k8s.io allows %d", c, kind, len(names)+1, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
+			}
+			seen := map[string]bool{}
+			for _, n := range names {
+				domain, id := draattr.SplitName(n.Name)
+				if seen[domain+"/"+id] {
+					t.Errorf("%q %s: name %q twice", c, kind, n.Name)
+				}
+				seen[domain+"/"+id] = true
+				if !cIdentifier.MatchString(id) || len(id) > resourceapi.DeviceMaxIDLength {
+					t.Errorf("%q %s: name %q is not a C identifier of at most %d characters", c, kind, n.Name, resourceapi.DeviceMaxIDLength)
+				}
+				if errs := validation.IsDNS1123Subdomain(domain); len(errs) > 0 {
+					t.Errorf("%q %s: name %q has domain %q: %v", c, kind, n.Name, domain, errs)
+				}
 			}
 		}
 	}
@@ -98,7 +118,7 @@ type device struct {
 	nfd        map[string]map[string]string // feature -> name -> value; flags "true"
 }
 
-func catalogDevices(t *testing.T) []device {
+func catalogDevices(t *testing.T, s *draattr.Schema) []device {
 	t.Helper()
 	nodes, err := catalog.Nodes()
 	if err != nil {
@@ -116,12 +136,12 @@ func catalogDevices(t *testing.T) []device {
 		for gi := range inv.GPUs {
 			g := &inv.GPUs[gi]
 			gpuNFD := discovery.GPUAttributes(inv, g)
-			attrs, caps := draattr.Device(inv, g, nil)
+			attrs, caps := s.Device(inv, g, nil)
 			out = append(out, device{node: n.Name, uuid: g.UUID, kind: draattr.TypeGPU, attrs: attrs, caps: caps,
 				nfd: map[string]map[string]string{discovery.FeatureGPU: gpuNFD, discovery.FeatureDriver: driver, discovery.FeatureCapabilities: flags}})
 			for mi := range g.MIGDevices {
 				m := &g.MIGDevices[mi]
-				attrs, caps := draattr.Device(inv, g, m)
+				attrs, caps := s.Device(inv, g, m)
 				out = append(out, device{node: n.Name, uuid: m.UUID, kind: draattr.TypeMIG, attrs: attrs, caps: caps,
 					nfd: map[string]map[string]string{discovery.FeatureGPU: gpuNFD, discovery.FeatureMIG: discovery.MIGAttributes(g, m),
 						discovery.FeatureDriver: driver, discovery.FeatureCapabilities: flags}})
@@ -135,59 +155,66 @@ func catalogDevices(t *testing.T) []device {
 }
 
 func TestDeviceFitsAndIsTyped(t *testing.T) {
-	devs := catalogDevices(t)
-	kinds := map[string]bool{}
-	for _, d := range devs {
-		kinds[d.kind] = true
-		// +2: the sink adds AttrResource and, when it time-slices the
-		// device, the capacity shares.
-		if n := len(d.attrs) + len(d.caps) + 2; n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
-			t.Errorf("%s %s: %d attributes and capacities, resource.k8s.io allows %d", d.node, d.uuid, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
-		}
-		if _, ok := d.attrs[draattr.AttrResource]; ok {
-			t.Errorf("%s %s: Device set %s", d.node, d.uuid, draattr.AttrResource)
-		}
-		if got := d.attrs[draattr.AttrType].StringValue; got == nil || *got != d.kind {
-			t.Errorf("%s %s: type = %v, want %s", d.node, d.uuid, got, d.kind)
-		}
-		if _, ok := d.caps[draattr.CapMemory]; !ok {
-			t.Errorf("%s %s: no memory capacity", d.node, d.uuid)
-		}
-		byName := map[resourceapi.QualifiedName]draattr.Name{}
-		for _, n := range draattr.Names(d.kind) {
-			byName[n.Name] = n
-		}
-		for name, a := range d.attrs {
-			n, ok := byName[name]
-			if !ok || n.Capacity {
-				t.Errorf("%s %s: attribute %s is not in Names(%s)", d.node, d.uuid, name, d.kind)
-				continue
+	for _, c := range schemas {
+		s := schemaFor(t, c)
+		devs := catalogDevices(t, s)
+		kinds := map[string]bool{}
+		for _, d := range devs {
+			kinds[d.kind] = true
+			// +2: the sink adds AttrResource and, when it time-slices the
+			// device, the capacity shares.
+			if n := len(d.attrs) + len(d.caps) + 2; n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
+				t.Errorf("%q %s %s: %d attributes and capacities, resource.k8s.io allows %d", c, d.node, d.uuid, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
 			}
-			if set := countSet(a); set != 1 {
-				t.Errorf("%s %s: attribute %s has %d values set", d.node, d.uuid, name, set)
+			if _, ok := d.attrs[draattr.AttrResource]; ok {
+				t.Errorf("%q %s %s: Device set %s", c, d.node, d.uuid, draattr.AttrResource)
 			}
-			want := map[discovery.Type]string{discovery.TypeString: "string", discovery.TypeInt: "int", discovery.TypeQuantity: "int", discovery.TypeBool: "bool", discovery.TypeVersion: "version"}[n.Type]
-			if n.Type == 0 {
-				want = map[resourceapi.QualifiedName]string{draattr.AttrType: "string", draattr.AttrComputeCapability: "version"}[name]
+			typ, _ := s.Published(d.kind, draattr.AttrType)
+			if got := d.attrs[typ].StringValue; got == nil || *got != d.kind {
+				t.Errorf("%q %s %s: %s = %v, want %s", c, d.node, d.uuid, typ, got, d.kind)
 			}
-			if got := typeOf(a); got != want {
-				t.Errorf("%s %s: attribute %s is a %s, the catalog says %s", d.node, d.uuid, name, got, want)
+			memory, _ := s.Published(d.kind, draattr.CapMemory)
+			if _, ok := d.caps[memory]; !ok {
+				t.Errorf("%q %s %s: no memory capacity %s", c, d.node, d.uuid, memory)
 			}
-			if a.VersionValue != nil && !plainSemver.MatchString(*a.VersionValue) {
-				t.Errorf("%s %s: attribute %s = %q is not a semantic version", d.node, d.uuid, name, *a.VersionValue)
+			for _, std := range []resourceapi.QualifiedName{draattr.AttrPCIeRoot, draattr.AttrPCIBusID, draattr.AttrNUMANode} {
+				if _, ok := d.attrs[std]; !ok {
+					t.Errorf("%q %s %s: no standard attribute %s", c, d.node, d.uuid, std)
+				}
 			}
-			if a.StringValue != nil && len(*a.StringValue) > resourceapi.DeviceAttributeMaxValueLength {
-				t.Errorf("%s %s: attribute %s is too long", d.node, d.uuid, name)
+			byName := map[resourceapi.QualifiedName]draattr.Name{}
+			for _, n := range s.Names(d.kind) {
+				byName[n.Name] = n
+			}
+			for name, a := range d.attrs {
+				n, ok := byName[name]
+				if !ok || n.Capacity {
+					t.Errorf("%q %s %s: attribute %s is not in Names(%s)", c, d.node, d.uuid, name, d.kind)
+					continue
+				}
+				if set := countSet(a); set != 1 {
+					t.Errorf("%q %s %s: attribute %s has %d values set", c, d.node, d.uuid, name, set)
+				}
+				want := map[discovery.Type]string{discovery.TypeString: "string", discovery.TypeInt: "int", discovery.TypeQuantity: "int", discovery.TypeBool: "bool", discovery.TypeVersion: "version"}[n.Type]
+				if got := typeOf(a); got != want {
+					t.Errorf("%q %s %s: attribute %s is a %s, the catalog says %s", c, d.node, d.uuid, name, got, want)
+				}
+				if a.VersionValue != nil && !plainSemver.MatchString(*a.VersionValue) {
+					t.Errorf("%q %s %s: attribute %s = %q is not a semantic version", c, d.node, d.uuid, name, *a.VersionValue)
+				}
+				if a.StringValue != nil && len(*a.StringValue) > resourceapi.DeviceAttributeMaxValueLength {
+					t.Errorf("%q %s %s: attribute %s is too long", c, d.node, d.uuid, name)
+				}
+			}
+			for name := range d.caps {
+				if n, ok := byName[name]; !ok || !n.Capacity {
+					t.Errorf("%q %s %s: capacity %s is not a capacity in Names(%s)", c, d.node, d.uuid, name, d.kind)
+				}
 			}
 		}
-		for name := range d.caps {
-			if n, ok := byName[name]; !ok || !n.Capacity {
-				t.Errorf("%s %s: capacity %s is not a capacity in Names(%s)", d.node, d.uuid, name, d.kind)
-			}
+		if !kinds[draattr.TypeGPU] || !kinds[draattr.TypeMIG] {
+			t.Fatalf("catalog devices cover kinds %v, want gpu and mig", kinds)
 		}
-	}
-	if !kinds[draattr.TypeGPU] || !kinds[draattr.TypeMIG] {
-		t.Fatalf("catalog devices cover kinds %v, want gpu and mig", kinds)
 	}
 }
 
@@ -218,58 +245,65 @@ func typeOf(a resourceapi.DeviceAttribute) string {
 
 // TestLookupAgreesWithFeatures reads, for every catalog device, every
 // attribute its rules see in NFD through Lookup on the DRA device, and
-// checks it has the NFD value.
+// checks it has the NFD value, in both schemas.
 func TestLookupAgreesWithFeatures(t *testing.T) {
-	noForm := map[string]bool{}
-	for _, d := range catalogDevices(t) {
-		for _, a := range discovery.Attributes() {
-			feats, seen := d.nfd[a.Feature]
-			f, err := draattr.Lookup(d.kind, a.Feature, a.Name)
-			var nf *draattr.NoFormError
-			if errors.As(err, &nf) {
-				noForm[d.kind+" "+a.Feature+"."+a.Name] = true
-				continue
-			}
-			if err != nil {
-				t.Fatalf("Lookup(%s, %s, %s): %v", d.kind, a.Feature, a.Name, err)
-			}
-			if !seen {
-				if !f.Absent {
-					t.Errorf("%s %s: %s.%s: form %v, want absent (the device's rules see no %s)", d.node, d.uuid, a.Feature, a.Name, f, a.Feature)
+	for _, c := range schemas {
+		s := schemaFor(t, c)
+		noForm := map[string]bool{}
+		for _, d := range catalogDevices(t, s) {
+			for _, a := range discovery.Attributes() {
+				feats, seen := d.nfd[a.Feature]
+				f, err := s.Lookup(d.kind, a.Feature, a.Name)
+				var nf *draattr.NoFormError
+				if errors.As(err, &nf) {
+					noForm[d.kind+" "+a.Feature+"."+a.Name] = true
+					continue
 				}
-				continue
-			}
-			want, published := feats[a.Name]
-			got, ok := formValue(f, d)
-			if a.Kind == discovery.KindFlags {
+				if err != nil {
+					t.Fatalf("%q: Lookup(%s, %s, %s): %v", c, d.kind, a.Feature, a.Name, err)
+				}
+				if !seen {
+					if !f.Absent {
+						t.Errorf("%q %s %s: %s.%s: form %v, want absent (the device's rules see no %s)", c, d.node, d.uuid, a.Feature, a.Name, f, a.Feature)
+					}
+					continue
+				}
+				want, published := feats[a.Name]
+				got, ok := formValue(f, d)
+				if a.Kind == discovery.KindFlags {
+					if !published {
+						want = "false"
+					}
+					published = true
+				}
 				if !published {
-					want = "false"
+					if ok {
+						t.Errorf("%q %s %s: %s.%s: NFD does not publish it, DRA form %v reads %q", c, d.node, d.uuid, a.Feature, a.Name, f, got)
+					}
+					continue
 				}
-				published = true
-			}
-			if !published {
-				if ok {
-					t.Errorf("%s %s: %s.%s: NFD does not publish it, DRA form %v reads %q", d.node, d.uuid, a.Feature, a.Name, f, got)
+				if a.Type == discovery.TypeVersion {
+					want, _ = draattr.Semver(want)
 				}
-				continue
-			}
-			if a.Type == discovery.TypeVersion {
-				want, _ = draattr.Semver(want)
-			}
-			if got != want || (!ok && want != "") {
-				t.Errorf("%s %s: %s.%s = %q in NFD, DRA form %v reads %q (%v)", d.node, d.uuid, a.Feature, a.Name, want, f, got, ok)
+				if got != want || (!ok && want != "") {
+					t.Errorf("%q %s %s: %s.%s = %q in NFD, DRA form %v reads %q (%v)", c, d.node, d.uuid, a.Feature, a.Name, want, f, got, ok)
+				}
 			}
 		}
-	}
-	// What has no DRA form, so that growing it is a decision.
-	for _, want := range []string{"mig nvidia.gpu.brand", "mig nvidia.gpu.pci.bus", "mig nvidia.gpu.mig.count"} {
-		if !noForm[want] {
-			t.Errorf("%s: want no DRA form", want)
+		// What has no DRA form, so that growing it is a decision.
+		want := []string{"mig nvidia.gpu.mig.count", "mig nvidia.gpu.nvlinks", "mig nvidia.gpu.clique"}
+		if c == draattr.NVIDIA {
+			want = append(want, "mig nvidia.mig.slices.gi", "mig nvidia.mig.parent.family", "mig nvidia.gpu.family")
 		}
-	}
-	for k := range noForm {
-		if k[:3] != "mig" {
-			t.Errorf("%s has no DRA form: every attribute of a whole GPU should", k)
+		for _, w := range want {
+			if !noForm[w] {
+				t.Errorf("%q: %s: want no DRA form", c, w)
+			}
+		}
+		for k := range noForm {
+			if k[:3] != "mig" {
+				t.Errorf("%q: %s has no DRA form: every attribute of a whole GPU should", c, k)
+			}
 		}
 	}
 }
@@ -287,11 +321,11 @@ func formValue(f draattr.Form, d device) (string, bool) {
 		if !ok {
 			return "", false
 		}
-		return strconv.FormatInt(c.Value.Value()>>20, 10), true
+		return strconv.FormatInt(c.Value.Value()/f.Unit, 10), true
 	}
 	a, ok := d.attrs[f.Attribute]
 	if !ok {
-		return "", false
+		return f.Default, f.Default != ""
 	}
 	switch {
 	case f.Part != "":
@@ -314,33 +348,109 @@ func formValue(f draattr.Form, d device) (string, bool) {
 
 func TestLookupOddCases(t *testing.T) {
 	for _, c := range []struct {
+		compat              draattr.Compatibility
 		kind, feature, name string
 		want                string // Form.String, or "error"
 	}{
-		{draattr.TypeGPU, discovery.FeatureMIG, "profile", "absent"},
-		{draattr.TypeGPU, "cpu.model", "vendor_id", "absent"},
-		{draattr.TypeGPU, discovery.FeatureGPU, "nonesuch", "missing"},
-		{draattr.TypeMIG, discovery.FeatureGPU, "nonesuch", "missing"},
-		{draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrMemory, "capacity memory"},
-		{draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrMemory, "parentMemory"},
-		{draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrMIGEnabled, "const true"},
-		{draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrComputeMinor, "computeCapability.minor()"},
-		{draattr.TypeGPU, discovery.FeatureDriver, discovery.AttrCUDAMinor, "cudaVersion.minor()"},
-		{draattr.TypeGPU, discovery.FeatureDriver, discovery.AttrDriverVersion, "driverVersion"},
-		{draattr.TypeGPU, discovery.FeatureCapabilities, discovery.FlagMIGEnabled, "capabilityMigEnabled"},
-		{draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagMIGEnabled, "const true"},
-		{draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagMIG, "const true"},
-		{draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagNVLink, "capabilityNvlink"},
-		{draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrBrand, "error"},
-		{"vgpu", discovery.FeatureGPU, discovery.AttrBrand, "error"},
+		{draattr.Own, draattr.TypeGPU, discovery.FeatureMIG, "profile", "absent"},
+		{draattr.Own, draattr.TypeGPU, "cpu.model", "vendor_id", "absent"},
+		{draattr.Own, draattr.TypeGPU, discovery.FeatureGPU, "nonesuch", "missing"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureGPU, "nonesuch", "missing"},
+		{draattr.Own, draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrMemory, "capacity memory"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrMemory, "parentMemory"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureMIG, discovery.AttrMultiprocessors, "capacity multiprocessors"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrMIGEnabled, "const true"},
+		{draattr.Own, draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrComputeMajor, "computeCapability.major()"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrComputeMinor, "computeCapability.minor()"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureMIG, discovery.AttrParentComputeMajor, "computeCapability.major()"},
+		{draattr.Own, draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrPCIBus, "resource.kubernetes.io/pciBusID"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrPCIBus, "resource.kubernetes.io/pciBusID"},
+		{draattr.Own, draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrNUMA, "resource.kubernetes.io/numaNode"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureMIG, discovery.AttrParentNUMA, "resource.kubernetes.io/numaNode"},
+		{draattr.Own, draattr.TypeGPU, discovery.FeatureDriver, discovery.AttrCUDAMinor, "cudaVersion.minor()"},
+		{draattr.Own, draattr.TypeGPU, discovery.FeatureDriver, discovery.AttrDriverVersion, "driverVersion"},
+		{draattr.Own, draattr.TypeGPU, discovery.FeatureCapabilities, discovery.FlagMIGEnabled, "capabilityMigEnabled"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagMIGEnabled, "const true"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagMPS, "const true"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagNVLink, "capabilityNvlink"},
+		{draattr.Own, draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrBrand, "error"},
+		{draattr.Own, "vgpu", discovery.FeatureGPU, discovery.AttrBrand, "error"},
+		{draattr.NVIDIA, draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrProduct, "gpu.nvidia.com/productName"},
+		{draattr.NVIDIA, draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrMemory, "capacity gpu.nvidia.com/memory"},
+		{draattr.NVIDIA, draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrComputeMajor, "gpu.nvidia.com/cudaComputeCapability.major()"},
+		{draattr.NVIDIA, draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrFamily, "family"},
+		{draattr.NVIDIA, draattr.TypeGPU, discovery.FeatureDriver, discovery.AttrCUDAVersion, "gpu.nvidia.com/cudaDriverVersion"},
+		{draattr.NVIDIA, draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrProduct, "gpu.nvidia.com/productName"},
+		{draattr.NVIDIA, draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrBrand, "gpu.nvidia.com/brand"},
+		{draattr.NVIDIA, draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrUUID, "gpu.nvidia.com/parentUUID"},
+		{draattr.NVIDIA, draattr.TypeMIG, discovery.FeatureMIG, discovery.AttrEnginesCopy, "capacity gpu.nvidia.com/copyEngines"},
+		{draattr.NVIDIA, draattr.TypeMIG, discovery.FeatureMIG, discovery.AttrSlicesGI, "error"},
+		{draattr.NVIDIA, draattr.TypeMIG, discovery.FeatureGPU, discovery.AttrFamily, "error"},
 	} {
-		f, err := draattr.Lookup(c.kind, c.feature, c.name)
+		s := schemaFor(t, c.compat)
+		f, err := s.Lookup(c.kind, c.feature, c.name)
 		got := f.String()
 		if err != nil {
 			got = "error"
 		}
 		if got != c.want {
-			t.Errorf("Lookup(%s, %s, %s) = %s (%v), want %s", c.kind, c.feature, c.name, got, err, c.want)
+			t.Errorf("%q: Lookup(%s, %s, %s) = %s (%v), want %s", c.compat, c.kind, c.feature, c.name, got, err, c.want)
+		}
+	}
+}
+
+// TestNVIDIADeviceNames names devices as NVIDIA's driver does: gpu-<minor>
+// and gpu-<minor>-mig-<profile>-<GPU instance profile>-<placement start>,
+// with the UUID names where the minor or placement is unknown.
+func TestNVIDIADeviceNames(t *testing.T) {
+	nv, own := schemaFor(t, draattr.NVIDIA), schemaFor(t, draattr.Own)
+	gpu := &discovery.GPU{UUID: "GPU-6f4a1c2e-0b9d-4e57-8a3f-1d2c3b4a5f60", Minor: 3}
+	mig := func(profile string, id, start, gi, ci int) *discovery.MIGDevice {
+		pid := uint32(id)
+		return &discovery.MIGDevice{UUID: "MIG-1a2b3c4d-5e6f-5a7b-8c9d-0e1f2a3b4c5d", Profile: profile, GPUInstanceProfileID: &pid,
+			Placement: &migplace.Placement{Start: start, Size: 1}, GISlices: gi, CISlices: ci, ComputeInstanceID: 2}
+	}
+	for _, c := range []struct {
+		gpu  *discovery.GPU
+		mig  *discovery.MIGDevice
+		want string
+	}{
+		{gpu, nil, "gpu-3"},
+		{gpu, mig("1g.5gb", 19, 6, 1, 1), "gpu-3-mig-1g5gb-19-6"},
+		{gpu, mig("1g.24gb+me", 20, 5, 1, 1), "gpu-3-mig-1g24gb-me-20-5"},
+		{gpu, mig("1c.3g.40gb", 9, 4, 3, 1), "gpu-3-mig-1c3g40gb-9-4-ci2"},
+		{gpu, &discovery.MIGDevice{UUID: "MIG-1a2b3c4d-5e6f-5a7b-8c9d-0e1f2a3b4c5d", Profile: "1g.5gb"}, "mig-1a2b3c4d-5e6f-5a7b-8c9d-0e1f2a3b4c5d"},
+		{&discovery.GPU{UUID: gpu.UUID, Minor: -1}, nil, "gpu-6f4a1c2e-0b9d-4e57-8a3f-1d2c3b4a5f60"},
+	} {
+		if got := nv.DeviceName(c.gpu, c.mig); got != c.want {
+			t.Errorf("NVIDIA DeviceName(%+v, %+v) = %q, want %q", c.gpu, c.mig, got, c.want)
+		}
+	}
+	if got := own.DeviceName(gpu, nil); got != draattr.DeviceName(gpu.UUID) {
+		t.Errorf("own DeviceName = %q, want the UUID name", got)
+	}
+	// Every catalog device gets a name of its own.
+	nodes, err := catalog.Nodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		seen := map[string]string{}
+		for gi := range n.Inventory.GPUs {
+			g := &n.Inventory.GPUs[gi]
+			names := map[string]string{nv.DeviceName(g, nil): g.UUID}
+			for mi := range g.MIGDevices {
+				names[nv.DeviceName(g, &g.MIGDevices[mi])] = g.MIGDevices[mi].UUID
+			}
+			for name, uuid := range names {
+				if prev, dup := seen[name]; dup {
+					t.Errorf("%s: %s and %s are both named %s", n.Name, prev, uuid, name)
+				}
+				seen[name] = uuid
+				if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+					t.Errorf("%s: %s: name %q: %v", n.Name, uuid, name, errs)
+				}
+			}
 		}
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/featureplug/featureplug/discovery/migplace"
 )
 
 // computeSlices is the number of compute slices of every MIG-capable product
 // in the catalog, and so the most MIG devices one GPU can have.
-const computeSlices = 7
+const computeSlices = migplace.ComputeSlices
 
 // product is one GPU model of the catalog: what NVML reports for it.
 type product struct {
@@ -30,7 +32,8 @@ type product struct {
 	// its lanes over when its NVLinks go through switches.
 	nvswitches        int
 	switchPCIDeviceID uint32
-	// mig holds the GPU instance profiles; nil means not MIG capable.
+	// mig holds the GPU instance profiles, from migplace's table (the
+	// product's NVML name); nil means not MIG capable.
 	mig []*migProfile
 	// memoryErrors is how the product's memory recovers from uncorrectable
 	// errors: row remapping (HBM parts from Ampere on) or page retirement
@@ -53,12 +56,8 @@ const (
 	pageRetirement
 )
 
-// engines counts the engines of a GPU instance profile.
-type engines struct {
-	copy, decoder, encoder, jpeg, ofa uint32
-}
-
-// migProfile is one GPU instance profile of a product.
+// migProfile is one GPU instance profile of a product, as the fake reads
+// it from migplace's table.
 type migProfile struct {
 	// name is the canonical profile name, e.g. "1g.5gb" or "1g.5gb+me".
 	name string
@@ -77,7 +76,7 @@ type migProfile struct {
 	max       int
 	memoryMiB uint64
 	sms       int
-	engines   engines
+	engines   migplace.Engines
 }
 
 // info is the profile as GetGpuInstanceProfileInfo reports it.
@@ -88,11 +87,11 @@ func (p *migProfile) info() nvml.GpuInstanceProfileInfo {
 		SliceCount:          uint32(p.compute),
 		InstanceCount:       uint32(p.max),
 		MultiprocessorCount: uint32(p.sms),
-		CopyEngineCount:     p.engines.copy,
-		DecoderCount:        p.engines.decoder,
-		EncoderCount:        p.engines.encoder,
-		JpegCount:           p.engines.jpeg,
-		OfaCount:            p.engines.ofa,
+		CopyEngineCount:     uint32(p.engines.Copy),
+		DecoderCount:        uint32(p.engines.Decoder),
+		EncoderCount:        uint32(p.engines.Encoder),
+		JpegCount:           uint32(p.engines.JPEG),
+		OfaCount:            uint32(p.engines.OFA),
 		MemorySizeMB:        p.memoryMiB,
 	}
 }
@@ -106,94 +105,24 @@ func (p *migProfile) placements() []nvml.GpuInstancePlacement {
 	return out
 }
 
-// migShape is the part of a GPU instance profile that is the same on every
-// MIG-capable product of the catalog (8 memory slices, 7 compute slices).
-type migShape struct {
-	enum    int
-	id      uint32
-	compute int
-	size    int
-	starts  []int
-	max     int
-}
-
-// migShapes are the seven GPU instance profiles of A100/H100/H200, in the
-// order the per-product tables below list their names, memory and SMs:
-// 1g, 1g+me, 1g wide, 2g, 3g, 4g, 7g.
-func migShapes() []migShape {
-	return []migShape{
-		{enum: nvml.GPU_INSTANCE_PROFILE_1_SLICE, id: 19, compute: 1, size: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, max: 7},
-		{enum: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, id: 20, compute: 1, size: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, max: 1},
-		{enum: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, id: 15, compute: 1, size: 2, starts: []int{0, 2, 4, 6}, max: 4},
-		{enum: nvml.GPU_INSTANCE_PROFILE_2_SLICE, id: 14, compute: 2, size: 2, starts: []int{0, 2, 4}, max: 3},
-		{enum: nvml.GPU_INSTANCE_PROFILE_3_SLICE, id: 9, compute: 3, size: 4, starts: []int{0, 4}, max: 2},
-		{enum: nvml.GPU_INSTANCE_PROFILE_4_SLICE, id: 5, compute: 4, size: 4, starts: []int{0}, max: 1},
-		{enum: nvml.GPU_INSTANCE_PROFILE_7_SLICE, id: 0, compute: 7, size: 8, starts: []int{0}, max: 1},
+// migProfiles converts a product's profiles from migplace's table.
+func migProfiles(name string) []*migProfile {
+	geo, ok := migplace.ProductByName(name)
+	if !ok {
+		return nil
 	}
-}
-
-// migTable is a product's MIG facts, one entry per migShapes() entry.
-type migTable struct {
-	names   [7]string
-	memory  [7]uint64
-	sms     [7]int
-	engines [7]engines
-}
-
-func (t migTable) profiles() []*migProfile {
-	shapes := migShapes()
-	out := make([]*migProfile, len(shapes))
-	for i, s := range shapes {
+	out := make([]*migProfile, len(geo.Profiles))
+	for i, p := range geo.Profiles {
+		starts := make([]int, len(p.Placements))
+		for k, pl := range p.Placements {
+			starts[k] = pl.Start
+		}
 		out[i] = &migProfile{
-			name: t.names[i], enum: s.enum, id: s.id, compute: s.compute, size: s.size,
-			starts: s.starts, max: s.max, memoryMiB: t.memory[i], sms: t.sms[i], engines: t.engines[i],
+			name: p.Name, enum: p.Enum, id: p.ID, compute: p.ComputeSlices, size: p.MemorySliceCount(),
+			starts: starts, max: p.MaxInstances, memoryMiB: p.MemoryMiB, sms: p.Multiprocessors, engines: p.Engines,
 		}
 	}
 	return out
-}
-
-// ampereEngines are the A100's engines per profile (NVIDIA MIG user guide).
-func ampereEngines() [7]engines {
-	return [7]engines{
-		{copy: 1},
-		{copy: 1, decoder: 1, jpeg: 1, ofa: 1},
-		{copy: 1, decoder: 1},
-		{copy: 2, decoder: 1},
-		{copy: 3, decoder: 2},
-		{copy: 4, decoder: 2},
-		{copy: 7, decoder: 5, jpeg: 1, ofa: 1},
-	}
-}
-
-// hopperEngines are the H100/H200 engines per profile (real H200
-// `nvidia-smi mig -lgip` listing).
-func hopperEngines() [7]engines {
-	return [7]engines{
-		{copy: 1, decoder: 1, jpeg: 1},
-		{copy: 1, decoder: 1, jpeg: 1, ofa: 1},
-		{copy: 1, decoder: 1, jpeg: 1},
-		{copy: 2, decoder: 2, jpeg: 2},
-		{copy: 3, decoder: 3, jpeg: 3},
-		{copy: 4, decoder: 4, jpeg: 4},
-		{copy: 8, decoder: 7, jpeg: 7, ofa: 1},
-	}
-}
-
-// blackwellEngines are the B200 engines per profile: the 1g, 1g+me, 1g
-// wide and 2g rows from the real B200 `nvidia-smi mig -lgip` listings in
-// NVIDIA/mig-parted#166 and #187; the 3g, 4g and 7g rows are *unverified*
-// (extrapolated: one decoder and JPEG per slice, two copy engines per
-// slice, one OFA on 7g).
-func blackwellEngines() [7]engines {
-	return [7]engines{
-		{copy: 2, decoder: 1, jpeg: 1},
-		{copy: 2, decoder: 1, jpeg: 1, ofa: 1},
-		{copy: 2, decoder: 1, jpeg: 1},
-		{copy: 4, decoder: 2, jpeg: 2},
-		{copy: 6, decoder: 3, jpeg: 3},
-		{copy: 8, decoder: 4, jpeg: 4},
-		{copy: 14, decoder: 7, jpeg: 7, ofa: 1},
-	}
 }
 
 // PCI device IDs of the NVSwitch generations (device << 16 | vendor).
@@ -231,32 +160,18 @@ type catalog struct {
 
 // newCatalog builds the catalog.
 func newCatalog() *catalog {
-	a100SMs := [7]int{14, 14, 14, 28, 42, 56, 98}    // [go-nvml mock]
-	hopperSMs := [7]int{16, 16, 26, 32, 60, 64, 132} // [lgip] H200; *unverified* for H100 SXM and H100 NVL
 	products := []*product{
 		{
 			// [go-nvml mock], [MIG guide]; 108 SMs [brief].
 			key: "A100-SXM4-40GB", name: "NVIDIA A100-SXM4-40GB", pciDeviceID: 0x20B010DE,
 			arch: nvml.DEVICE_ARCH_AMPERE, brand: nvml.BRAND_NVIDIA, ccMajor: 8, ccMinor: 0,
 			memoryMiB: 40960, sms: 108, nvlinkLanes: 12, nvswitches: 6, switchPCIDeviceID: nvswitchGen2,
-			mig: migTable{
-				names:   [7]string{"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"},
-				memory:  [7]uint64{4864, 4864, 9856, 9856, 19968, 19968, 40192},
-				sms:     a100SMs,
-				engines: ampereEngines(),
-			}.profiles(),
 		},
 		{
 			// [go-nvml mock], [MIG guide]; 2g.20gb also in a real listing (XuehaiPan/nvitop#8).
 			key: "A100-SXM4-80GB", name: "NVIDIA A100-SXM4-80GB", pciDeviceID: 0x20B210DE,
 			arch: nvml.DEVICE_ARCH_AMPERE, brand: nvml.BRAND_NVIDIA, ccMajor: 8, ccMinor: 0,
 			memoryMiB: 81920, sms: 108, nvlinkLanes: 12, nvswitches: 6, switchPCIDeviceID: nvswitchGen2,
-			mig: migTable{
-				names:   [7]string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
-				memory:  [7]uint64{9856, 9856, 19968, 19968, 40192, 40192, 80384},
-				sms:     a100SMs,
-				engines: ampereEngines(),
-			}.profiles(),
 		},
 		{
 			// Names and counts [mig-parted]; total 81559 MiB as nvidia-smi
@@ -265,12 +180,6 @@ func newCatalog() *catalog {
 			key: "H100-80GB-HBM3", name: "NVIDIA H100 80GB HBM3", pciDeviceID: 0x233010DE,
 			arch: nvml.DEVICE_ARCH_HOPPER, brand: nvml.BRAND_NVIDIA, ccMajor: 9, ccMinor: 0,
 			memoryMiB: 81559, sms: 132, nvlinkLanes: 18, nvswitches: 4, switchPCIDeviceID: nvswitchGen3,
-			mig: migTable{
-				names:   [7]string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
-				memory:  [7]uint64{9984, 9984, 20096, 20096, 40320, 40320, 81152},
-				sms:     hopperSMs,
-				engines: hopperEngines(),
-			}.profiles(),
 		},
 		{
 			// H100 NVL (PCIe card, 94 GB HBM3, pairs bridged by three
@@ -281,24 +190,12 @@ func newCatalog() *catalog {
 			key: "H100-NVL", name: "NVIDIA H100 NVL", pciDeviceID: 0x232110DE,
 			arch: nvml.DEVICE_ARCH_HOPPER, brand: nvml.BRAND_NVIDIA, ccMajor: 9, ccMinor: 0,
 			memoryMiB: 95830, sms: 132, nvlinkLanes: 18,
-			mig: migTable{
-				names:   [7]string{"1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"},
-				memory:  [7]uint64{11776, 11776, 23552, 23552, 47360, 47360, 95232},
-				sms:     hopperSMs,
-				engines: hopperEngines(),
-			}.profiles(),
 		},
 		{
 			// [lgip] NVIDIA/mig-parted#120 (every figure), total 143771 MiB.
 			key: "H200-141GB", name: "NVIDIA H200", pciDeviceID: 0x233510DE,
 			arch: nvml.DEVICE_ARCH_HOPPER, brand: nvml.BRAND_NVIDIA, ccMajor: 9, ccMinor: 0,
 			memoryMiB: 143771, sms: 132, nvlinkLanes: 18, nvswitches: 4, switchPCIDeviceID: nvswitchGen3,
-			mig: migTable{
-				names:   [7]string{"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"},
-				memory:  [7]uint64{16384, 16384, 33024, 33024, 71168, 71168, 143104},
-				sms:     hopperSMs,
-				engines: hopperEngines(),
-			}.profiles(),
 		},
 		{
 			// B200 (HGX B200 baseboard, 18 x NVLink 5 through two NVLink
@@ -312,12 +209,6 @@ func newCatalog() *catalog {
 			key: "B200", name: "NVIDIA B200", pciDeviceID: 0x290110DE,
 			arch: nvml.DEVICE_ARCH_BLACKWELL, brand: nvml.BRAND_NVIDIA, ccMajor: 10, ccMinor: 0,
 			memoryMiB: 183359, sms: 148, nvlinkLanes: 18, nvswitches: 2, switchPCIDeviceID: nvswitchGen4,
-			mig: migTable{
-				names:   [7]string{"1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"},
-				memory:  [7]uint64{20992, 20992, 45312, 45312, 90112, 90112, 182784},
-				sms:     [7]int{18, 18, 30, 36, 54, 72, 148},
-				engines: blackwellEngines(),
-			}.profiles(),
 		},
 		{
 			// A PCIe card without MIG or NVLink, for workstation-like
@@ -335,6 +226,9 @@ func newCatalog() *catalog {
 			arch: nvml.DEVICE_ARCH_ADA, brand: nvml.BRAND_NVIDIA, ccMajor: 8, ccMinor: 9,
 			memoryMiB: 46068, sms: 142, memoryErrors: pageRetirement,
 		},
+	}
+	for _, p := range products {
+		p.mig = migProfiles(p.name)
 	}
 	slices.SortFunc(products, func(a, b *product) int { return strings.Compare(a.key, b.key) })
 	return &catalog{products: products}
@@ -399,45 +293,6 @@ func (p *product) profileNames() []string {
 		out[i] = m.name
 	}
 	return out
-}
-
-// ciSlices maps COMPUTE_INSTANCE_PROFILE_* values the catalog's products
-// support to their compute slice counts.
-func ciSlices(enum int) (int, bool) {
-	switch enum {
-	case nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE:
-		return 1, true
-	case nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE:
-		return 2, true
-	case nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE:
-		return 3, true
-	case nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE:
-		return 4, true
-	case nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE:
-		return 7, true
-	}
-	return 0, false
-}
-
-// ciEnum is the COMPUTE_INSTANCE_PROFILE_* value (and profile ID) for a
-// compute instance of the given number of slices.
-func ciEnum(slices int) (int, bool) {
-	for e := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
-		if s, ok := ciSlices(e); ok && s == slices {
-			return e, true
-		}
-	}
-	return 0, false
-}
-
-// ciFits reports whether a compute instance of c slices can exist in a GPU
-// instance of g compute slices, as `nvidia-smi mig -lcip` lists them (1c, 2c,
-// 3c on a 3g; 1c, 2c, 4c on a 4g; 1c, 2c, 3c, 4c, 7c on a 7g).
-func ciFits(c, g int) bool {
-	if _, ok := ciEnum(c); !ok || c > g {
-		return false
-	}
-	return c == g || 2*c <= g+1
 }
 
 // ciSMs is the number of SMs of a c-slice compute instance in GPU instance

@@ -39,6 +39,12 @@
 //	pcie:                       # optional PCIe groups nearer than the NUMA default
 //	  - gpus: [0, 1]
 //	    level: PIX              # PIX, PXB, PHB, NODE or SYS
+//	vfio:                       # optional GPUs bound to vfio-pci, which NVML does not see (vfio.go)
+//	  - product: L40S           # a catalog key: its PCI device ID
+//	    count: 2                # optional, default 1
+//	    numa: 1                 # optional, default 0; -1: sysfs reports none
+//	    audio: vfio-pci         # optional: the card's HD audio function in its IOMMU group, on this driver
+//	    sharedGroup: false      # optional: the entry's GPUs in one IOMMU group (no ACS)
 //
 // Unknown fields, values of the wrong type, unknown products or profiles, MIG
 // layouts the GPU cannot hold (more instances than a profile allows, more
@@ -46,6 +52,11 @@
 // are errors naming the file, the field path and the value, e.g.
 //
 //	dgx.yaml: gpus[0].mig[1].profile: "2g.99gb" is not a MIG profile of A100-SXM4-40GB (have 1g.5gb, ...)
+//
+// The node also has a sysfs of its own (Sysfs), which discovery reads
+// for what NVML does not say: each GPU's PCIe root complex and NUMA node.
+// GPUs of a PIX, PXB or PHB group share a root complex; every other GPU
+// has one of its own ("pci0000:00" for GPU 0, "pci0000:10" for GPU 1, ...).
 //
 // Without an nvlink group, GPUs have no NVLink lanes connected. A direct
 // group (nvswitch false) spends links lanes per peer, so it must fit the
@@ -72,8 +83,16 @@
 // dgx-a100, dgx-h100 (NVSwitch all-to-all NV18, each GPU behind its own
 // PCIe switch, two NUMA nodes), hgx-b200 (NV18 all-to-all, GPU pairs behind
 // PCIe switches), h100-nvl (two NVLink-bridged pairs, NV12), h200-mig,
-// a100-80gb-mixed, l40s-pcie and workstation (one L4); each file's comment
-// says which real machine it models and from what source.
+// a100-80gb-mixed, l40s-pcie, l40s-vfio (eight L40S, four of them on
+// vfio-pci) and workstation (one L4); each file's comment says which real
+// machine it models and from what source.
+//
+// # GPUs on vfio-pci
+//
+// WriteSysfs lays out the node's PCI devices as a host's sysfs and /dev
+// hold them, which discovery reads with --sysfs-root; SetVFIOState binds,
+// unbinds or removes a VFIO GPU in every tree the node wrote, a fault for
+// tests of device health (docs/hardware.md).
 //
 // # What the NVML answers
 //
@@ -82,7 +101,24 @@
 // the same file again gives the same devices. GPU instance IDs follow from
 // the placement (the whole GPU is 0, the eighth slices 7-14), compute
 // instance IDs count from 0 in each GPU instance, and MIG device indexes
-// follow GPU instance then compute instance ID.
+// follow GPU instance then compute instance ID. A MIG device created at run
+// time gets a UUID of its own: one created again at the same place is a
+// new device, as on real GPUs.
+//
+// # MIG at run time
+//
+// MIG profiles and placements come from discovery/migplace's table. GPU
+// and compute instances are created and destroyed with nvml.h's answers:
+// ERROR_INSUFFICIENT_RESOURCES for an occupied placement or a profile
+// with no instance left, ERROR_INVALID_ARGUMENT for a placement the
+// profile lacks, ERROR_NOT_SUPPORTED with MIG mode disabled, ERROR_IN_USE
+// for a GPU instance with compute instances or a MIG device a process runs
+// on (Node.SetInUse). SetMigMode changes the mode at once on an idle GPU
+// and leaves it pending (activationStatus ERROR_IN_USE) while a process
+// holds the GPU; on Ampere the change is a GPU reset (ERROR_RESET_REQUIRED
+// where the host cannot reset: Node.SetResetUnavailable), and an Ampere
+// GPU with MIG disabled lists no GPU instance profile. ResetGPU activates
+// a pending mode. Node.MIGInstances lists a GPU's instances for tests.
 //
 // The fake implements identity, memory, PCI (GetPciInfo, and GetPciInfoExt
 // with the PCI class), NUMA, fabric registration (GetGpuFabricInfo), compute

@@ -160,21 +160,19 @@ func (n *Node) InjectPageRetirementFailure(gpuIndex int) error {
 	return n.deliver(g, nvml.EventTypeDramRetirementFailure, 0, noInstance, noInstance)
 }
 
-// ResetGPU resets GPU gpuIndex as nvidia-smi --gpu-reset does: the
-// recovery action is none again, pending retired pages and row remappings
-// take effect (they are no longer pending; a failed remapping stays
-// failed), the volatile ECC count and the NVLink recovery failures are
-// zero, the links are up and a lost GPU answers again.
+// ResetGPU resets GPU gpuIndex as nvidia-smi --gpu-reset does: a pending
+// MIG mode takes effect, the recovery action is none again, pending
+// retired pages and row remappings take effect (they are no longer
+// pending; a failed remapping stays failed), the volatile ECC count and
+// the NVLink recovery failures are zero, the links are up and a lost GPU
+// answers again. It fails, changing nothing, while a process holds the GPU
+// (SetInUse), as the reset does.
 func (n *Node) ResetGPU(gpuIndex int) error {
 	return n.withGPU(gpuIndex, func(g *gpu) error {
-		g.faults = gpuFaults{}
-		g.health.RecoveryAction = ""
-		g.health.RetiredPagesPending = false
-		g.health.RowRemapPending = false
-		if g.health.VolatileDoubleBitErrors != nil {
-			zero := 0
-			g.health.VolatileDoubleBitErrors = &zero
+		if g.migCtl.inUse {
+			return fmt.Errorf("fake node %s: GPU %d is in use by another process and cannot be reset", n.Name(), gpuIndex)
 		}
+		g.resetLocked()
 		return nil
 	})
 }

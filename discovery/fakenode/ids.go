@@ -27,9 +27,15 @@ func gpuUUID(node string, index int) string {
 }
 
 // migUUID is the UUID of the MIG device for compute instance ci of GPU
-// instance gi on GPU index, "MIG-...".
-func migUUID(node string, index int, gi, ci uint32) string {
-	return "MIG-" + uuidFor(node, "gpu", index, "gi", gi, "ci", ci)
+// instance gi on GPU index, "MIG-...". generation is 0 for the MIG devices
+// of the node's file, so that loading a file again gives the same UUIDs,
+// and counts the MIG devices created at run time after that: as on real
+// GPUs, a MIG device created again at the same place has a new UUID.
+func migUUID(node string, index int, gi, ci uint32, generation uint64) string {
+	if generation == 0 {
+		return "MIG-" + uuidFor(node, "gpu", index, "gi", gi, "ci", ci)
+	}
+	return "MIG-" + uuidFor(node, "gpu", index, "gi", gi, "ci", ci, "generation", generation)
 }
 
 // pciAddress is a PCI function address in domain 0.

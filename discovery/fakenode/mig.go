@@ -4,6 +4,8 @@ import (
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/featureplug/featureplug/discovery/migplace"
 )
 
 // noInstance is the GPU or compute instance ID of an event that names none.
@@ -28,40 +30,6 @@ func gpuInstanceID(size, start int) uint32 {
 	default:
 		return uint32(7 + start)
 	}
-}
-
-// GetMigMode returns the current and pending MIG mode.
-func (h *gpuHandle) GetMigMode() (int, int, nvml.Return) {
-	if !h.gpu.product.migCapable() {
-		return 0, 0, nvml.ERROR_NOT_SUPPORTED
-	}
-	n := h.gpu.node
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	mode := nvml.DEVICE_MIG_DISABLE
-	if h.gpu.migEnabled {
-		mode = nvml.DEVICE_MIG_ENABLE
-	}
-	return mode, mode, nvml.SUCCESS
-}
-
-// SetMigMode enables or disables MIG mode at once (no reset needed). It
-// fails with ERROR_IN_USE while GPU instances exist.
-func (h *gpuHandle) SetMigMode(mode int) (nvml.Return, nvml.Return) {
-	if !h.gpu.product.migCapable() {
-		return nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NOT_SUPPORTED
-	}
-	if mode != nvml.DEVICE_MIG_ENABLE && mode != nvml.DEVICE_MIG_DISABLE {
-		return nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_INVALID_ARGUMENT
-	}
-	n := h.gpu.node
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if mode == nvml.DEVICE_MIG_DISABLE && len(h.gpu.gis) > 0 {
-		return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
-	}
-	h.gpu.migEnabled = mode == nvml.DEVICE_MIG_ENABLE
-	return nvml.SUCCESS, nvml.SUCCESS
 }
 
 // GetMaxMigDeviceCount returns 7 with MIG enabled, 0 with it disabled.
@@ -103,11 +71,24 @@ func (h *gpuHandle) GetMigDeviceHandleByIndex(index int) (nvml.Device, nvml.Retu
 
 // GetGpuInstanceProfileInfo returns GPU instance profile profile (a
 // GPU_INSTANCE_PROFILE_* value); NOT_SUPPORTED for profiles the product
-// lacks.
+// lacks, and for every profile of a GPU whose MIG mode change needs a
+// reset (Ampere) while its MIG mode is disabled: NVIDIA's DRA driver finds
+// no profile data on such a GPU, while Hopper and later GPUs list their
+// profiles in either mode (the driver creates MIG devices on them after
+// enabling MIG).
 func (h *gpuHandle) GetGpuInstanceProfileInfo(profile int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
 	p, ret := h.profileByEnum(profile)
 	if ret != nvml.SUCCESS {
 		return nvml.GpuInstanceProfileInfo{}, ret
+	}
+	if h.gpu.modeChangeNeedsReset() {
+		n := h.gpu.node
+		n.mu.RLock()
+		enabled := h.gpu.migEnabled
+		n.mu.RUnlock()
+		if !enabled {
+			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+		}
 	}
 	return p.info(), nvml.SUCCESS
 }
@@ -163,7 +144,7 @@ func (h *gpuHandle) GetGpuInstanceRemainingCapacity(info *nvml.GpuInstanceProfil
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if !h.gpu.migEnabled {
-		return 0, nvml.ERROR_INVALID_STATE
+		return 0, nvml.ERROR_NOT_SUPPORTED
 	}
 	used, count := h.gpu.usedSlicesLocked(p)
 	remaining := 0
@@ -211,7 +192,7 @@ func (h *gpuHandle) GetGpuInstances(info *nvml.GpuInstanceProfileInfo) ([]nvml.G
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if !h.gpu.migEnabled {
-		return nil, nvml.ERROR_INVALID_STATE
+		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	var out []nvml.GpuInstance
 	for _, gi := range h.gpu.gis {
@@ -231,7 +212,7 @@ func (h *gpuHandle) GetGpuInstanceById(id int) (nvml.GpuInstance, nvml.Return) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if !h.gpu.migEnabled {
-		return nil, nvml.ERROR_INVALID_STATE
+		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	for _, gi := range h.gpu.gis {
 		if int(gi.id) == id {
@@ -259,8 +240,11 @@ func (g *gpu) createGPUInstance(p *migProfile, start int) (*gpuInstance, nvml.Re
 	n := g.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if g.faults.lost {
+		return nil, nvml.ERROR_GPU_IS_LOST
+	}
 	if !g.migEnabled {
-		return nil, nvml.ERROR_INVALID_STATE
+		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	used, count := g.usedSlicesLocked(p)
 	if count >= p.max {
@@ -335,6 +319,9 @@ func (gi *gpuInstance) Destroy() nvml.Return {
 	if gi.destroyed {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
+	if gi.gpu.faults.lost {
+		return nvml.ERROR_GPU_IS_LOST
+	}
 	if len(gi.cis) > 0 {
 		return nvml.ERROR_IN_USE
 	}
@@ -351,26 +338,26 @@ func (gi *gpuInstance) GetComputeInstanceProfileInfo(profile, engProfile int) (n
 		engProfile < 0 || engProfile >= nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT {
 		return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
 	}
-	c, ok := ciSlices(profile)
-	if !ok || !ciFits(c, gi.profile.compute) {
+	c, ok := migplace.ComputeInstanceSlices(profile)
+	if !ok || !migplace.ComputeInstanceFits(c, gi.profile.compute) {
 		return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
 	}
 	return gi.ciProfileInfo(c), nvml.SUCCESS
 }
 
 func (gi *gpuInstance) ciProfileInfo(c int) nvml.ComputeInstanceProfileInfo {
-	enum, _ := ciEnum(c)
+	enum, _ := migplace.ComputeInstanceProfile(c)
 	e := gi.profile.engines
 	return nvml.ComputeInstanceProfileInfo{
 		Id:                    uint32(enum),
 		SliceCount:            uint32(c),
 		InstanceCount:         uint32(gi.profile.compute / c),
 		MultiprocessorCount:   uint32(gi.gpu.product.ciSMs(gi.profile, c)),
-		SharedCopyEngineCount: e.copy,
-		SharedDecoderCount:    e.decoder,
-		SharedEncoderCount:    e.encoder,
-		SharedJpegCount:       e.jpeg,
-		SharedOfaCount:        e.ofa,
+		SharedCopyEngineCount: uint32(e.Copy),
+		SharedDecoderCount:    uint32(e.Decoder),
+		SharedEncoderCount:    uint32(e.Encoder),
+		SharedJpegCount:       uint32(e.JPEG),
+		SharedOfaCount:        uint32(e.OFA),
 	}
 }
 
@@ -379,9 +366,12 @@ func (gi *gpuInstance) ciSlicesOf(info *nvml.ComputeInstanceProfileInfo) (int, n
 	if info == nil {
 		return 0, nvml.ERROR_INVALID_ARGUMENT
 	}
-	c, ok := ciSlices(int(info.Id))
-	if !ok || !ciFits(c, gi.profile.compute) {
+	c, ok := migplace.ComputeInstanceSlices(int(info.Id))
+	if !ok {
 		return 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	if !migplace.ComputeInstanceFits(c, gi.profile.compute) {
+		return 0, nvml.ERROR_NOT_SUPPORTED
 	}
 	return c, nvml.SUCCESS
 }
@@ -457,6 +447,9 @@ func (gi *gpuInstance) createComputeInstance(c int) (*computeInstance, nvml.Retu
 	if gi.destroyed {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
+	if gi.gpu.faults.lost {
+		return nil, nvml.ERROR_GPU_IS_LOST
+	}
 	if gi.usedComputeLocked()+c > gi.profile.compute {
 		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
 	}
@@ -466,7 +459,7 @@ func (gi *gpuInstance) createComputeInstance(c int) (*computeInstance, nvml.Retu
 	}
 	ci := &computeInstance{
 		gi: gi, id: id, slices: c,
-		uuid: migUUID(n.Name(), gi.gpu.index, gi.id, id),
+		uuid: migUUID(n.Name(), gi.gpu.index, gi.id, id, gi.gpu.nextGenerationLocked()),
 	}
 	ci.handle = newMIGHandle(ci)
 	gi.cis = append(gi.cis, ci)
@@ -488,6 +481,8 @@ type computeInstance struct {
 
 	// Guarded by node.mu:
 	destroyed bool
+	// inUse: a process runs on the MIG device (Node.SetInUse).
+	inUse bool
 }
 
 var _ nvml.ComputeInstance = (*computeInstance)(nil)
@@ -500,7 +495,7 @@ func (ci *computeInstance) GetInfo() (nvml.ComputeInstanceInfo, nvml.Return) {
 	if ci.destroyed {
 		return nvml.ComputeInstanceInfo{}, nvml.ERROR_INVALID_ARGUMENT
 	}
-	enum, _ := ciEnum(ci.slices)
+	enum, _ := migplace.ComputeInstanceProfile(ci.slices)
 	return nvml.ComputeInstanceInfo{
 		Device:      ci.gi.gpu.handle,
 		GpuInstance: ci.gi,
@@ -523,13 +518,20 @@ func (ci *computeInstance) startLocked() uint32 {
 	return uint32(start)
 }
 
-// Destroy removes the compute instance and its MIG device.
+// Destroy removes the compute instance and its MIG device; ERROR_IN_USE
+// while a process runs on it.
 func (ci *computeInstance) Destroy() nvml.Return {
 	n := ci.gi.gpu.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if ci.destroyed {
 		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	if ci.gi.gpu.faults.lost {
+		return nvml.ERROR_GPU_IS_LOST
+	}
+	if ci.inUse {
+		return nvml.ERROR_IN_USE
 	}
 	ci.destroyed = true
 	ci.gi.cis = slices.DeleteFunc(ci.gi.cis, func(x *computeInstance) bool { return x == ci })
@@ -659,11 +661,11 @@ func (h *migHandle) GetAttributes() (nvml.DeviceAttributes, nvml.Return) {
 	e := gi.profile.engines
 	return nvml.DeviceAttributes{
 		MultiprocessorCount:       uint32(gi.gpu.product.ciSMs(gi.profile, h.ci.slices)),
-		SharedCopyEngineCount:     e.copy,
-		SharedDecoderCount:        e.decoder,
-		SharedEncoderCount:        e.encoder,
-		SharedJpegCount:           e.jpeg,
-		SharedOfaCount:            e.ofa,
+		SharedCopyEngineCount:     uint32(e.Copy),
+		SharedDecoderCount:        uint32(e.Decoder),
+		SharedEncoderCount:        uint32(e.Encoder),
+		SharedJpegCount:           uint32(e.JPEG),
+		SharedOfaCount:            uint32(e.OFA),
 		GpuInstanceSliceCount:     uint32(gi.profile.compute),
 		ComputeInstanceSliceCount: uint32(h.ci.slices),
 		MemorySizeMB:              gi.profile.memoryMiB,

@@ -243,8 +243,8 @@ func TestMIGLifecycle(t *testing.T) {
 	if count, _ := dev.GetMaxMigDeviceCount(); count != 0 {
 		t.Errorf("GetMaxMigDeviceCount with MIG disabled = %d, want 0", count)
 	}
-	if _, ret := dev.CreateGpuInstance(&info); ret != nvml.ERROR_INVALID_STATE {
-		t.Errorf("creating a GPU instance with MIG disabled: %v, want ERROR_INVALID_STATE", ret)
+	if _, ret := dev.CreateGpuInstance(&info); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("creating a GPU instance with MIG disabled: %v, want ERROR_NOT_SUPPORTED (nvml.h)", ret)
 	}
 }
 

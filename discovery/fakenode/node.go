@@ -42,6 +42,17 @@ type Node struct {
 	// computeModeDenied makes SetComputeMode answer NO_PERMISSION
 	// (computemode.go).
 	computeModeDenied bool
+
+	// vfio are the GPUs bound to vfio-pci, with their states and the
+	// sysfs trees written for them (vfio.go); the states and trees are
+	// guarded by mu.
+	vfio       []vfioLayout
+	vfioStates []VFIOState
+	sysfsDirs  []string
+
+	// running is set once the file's MIG devices are made: MIG devices
+	// created after that get UUIDs of their own (mig_create.go).
+	running bool
 }
 
 // MaxFileSize is the largest fake node file Load, ReadFile and Parse
@@ -219,6 +230,9 @@ type gpu struct {
 	// faults are the faults played at run time (faults.go); the run-time
 	// changes of health are guarded too.
 	faults gpuFaults
+	// migCtl is the pending MIG mode and what blocks changing it
+	// (mig_create.go).
+	migCtl migControl
 }
 
 // lane is one NVLink lane of a GPU.
@@ -230,12 +244,12 @@ type lane struct {
 
 // build creates the node's devices from a spec and its validated layout.
 func build(spec *Spec, l *layout) (*Node, error) {
-	n := &Node{spec: *spec}
+	n := &Node{spec: *spec, vfio: l.vfio, vfioStates: make([]VFIOState, len(l.vfio))}
 	n.lib = newLibrary(n, l)
 	for i, gl := range l.gpus {
 		g := &gpu{
 			node: n, index: i, product: gl.product, uuid: gpuUUID(l.name, i),
-			addr: gpuAddress(i), numa: gl.numa, migEnabled: gl.migEnabled,
+			addr: gpuAddress(i), numa: gl.numa, migEnabled: gl.migEnabled, migCtl: migControl{pending: gl.migEnabled},
 			health: gl.health, extra: gl.extra, events: map[*eventSet]uint64{},
 		}
 		g.handle = newGPUHandle(g)
@@ -257,6 +271,9 @@ func build(spec *Spec, l *layout) (*Node, error) {
 	}
 	wireNVLink(n.gpus, l.nvlink)
 	wirePCIe(n.gpus, l.pcie)
+	n.mu.Lock()
+	n.running = true
+	n.mu.Unlock()
 	return n, nil
 }
 

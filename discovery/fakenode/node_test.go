@@ -99,6 +99,7 @@ func TestBundledNodes(t *testing.T) {
 		"hgx-b200": {8, "NVIDIA B200", "Blackwell", "10.0", 183359, []int{0, 0, 0, 0, 1, 1, 1, 1},
 			make([][]string, 8)},
 		"l40s-pcie": {4, "NVIDIA L40S", "Ada Lovelace", "8.9", 46068, []int{0, 0, 1, 1}, make([][]string, 4)},
+		"l40s-vfio": {4, "NVIDIA L40S", "Ada Lovelace", "8.9", 46068, []int{0, 0, 1, 1}, make([][]string, 4)},
 		"h100-nvl":  {4, "NVIDIA H100 NVL", "Hopper", "9.0", 95830, []int{0, 0, 1, 1}, make([][]string, 4)},
 	}
 	names := fakenode.BundledNames()

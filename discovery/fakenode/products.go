@@ -1,5 +1,7 @@
 package fakenode
 
+import "github.com/featureplug/featureplug/discovery/migplace"
+
 // Product describes one GPU model of the fake-node catalog, for tools that
 // try something on every device the catalog can make (`featureplug rules
 // check` evaluates every rule against every product and MIG profile).
@@ -33,7 +35,7 @@ func Products() []Product {
 	for _, p := range cat.products {
 		prod := Product{Key: p.key, Name: p.name}
 		for _, m := range p.mig {
-			prod.MIGProfiles = append(prod.MIGProfiles, MIGProfile{Name: m.name, MaxInstances: m.max, ComputeInstanceSizes: ciSizes(m.compute)})
+			prod.MIGProfiles = append(prod.MIGProfiles, MIGProfile{Name: m.name, MaxInstances: m.max, ComputeInstanceSizes: migplace.ComputeInstanceSizes(m.compute)})
 		}
 		out = append(out, prod)
 	}

@@ -31,6 +31,9 @@ type Spec struct {
 	// PCIe are groups of GPUs that share a PCIe ancestor nearer than their
 	// NUMA node.
 	PCIe []PCIeSpec `json:"pcie,omitempty"`
+	// VFIO are GPUs bound to vfio-pci for virtual machines, which NVML does
+	// not see; they follow the GPUs on the PCI bus (vfio.go).
+	VFIO []VFIOSpec `json:"vfio,omitempty"`
 }
 
 // GPUSpec is one entry of Spec.GPUs.

@@ -28,7 +28,7 @@ func TestBadFiles(t *testing.T) {
 		{"bad-compute-instances.yaml", `gpus[0].mig[0].computeInstances[0]: 3 is not a compute instance size of 4g.20gb (have 1, 2 or 4)`},
 		{"mig-not-capable.yaml", `gpus[0].mig: L4 does not support MIG; remove the mig key`},
 		{"unknown-field.yaml", `gpus[0].mig[0].profil: unknown field (known: computeInstances, count, placement, profile)`},
-		{"unknown-top-field.yaml", `gpu: unknown field (known: cudaVersion, driverVersion, gpus, name, nvlink, pcie)`},
+		{"unknown-top-field.yaml", `gpu: unknown field (known: cudaVersion, driverVersion, gpus, name, nvlink, pcie, vfio)`},
 		{"count-not-integer.yaml", `gpus[0].count: must be an integer, not "two"`},
 		{"count-zero.yaml", `gpus[0].count: 0 is out of range (1-16)`},
 		{"cuda-unquoted.yaml", `cudaVersion: must be a string, not the number 12.8`},
@@ -105,7 +105,7 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Fatalf("got %v, want a not-exist error", err)
 	}
 	_, err = fakenode.Open("no-such-node")
-	want := `fake node "no-such-node" is neither a bundled node (a100-80gb-mixed, dgx-a100, dgx-h100, h100-nvl, h200-mig, hgx-b200, l40s-pcie, workstation) nor a file: reading fake node file: open no-such-node: no such file or directory`
+	want := `fake node "no-such-node" is neither a bundled node (a100-80gb-mixed, dgx-a100, dgx-h100, h100-nvl, h200-mig, hgx-b200, l40s-pcie, l40s-vfio, workstation) nor a file: reading fake node file: open no-such-node: no such file or directory`
 	if err == nil || err.Error() != want {
 		t.Errorf("Open: got %v, want %s", err, want)
 	}

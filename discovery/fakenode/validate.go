@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/featureplug/featureplug/discovery/migplace"
 )
 
 // MaxGPUs is the most GPUs one fake node may have: as many as the largest
@@ -40,6 +42,7 @@ type layout struct {
 	gpus          []gpuLayout
 	nvlink        []NVLinkSpec
 	pcie          []PCIeSpec
+	vfio          []vfioLayout // vfio.go
 }
 
 // gpuLayout is one GPU of a layout.
@@ -102,8 +105,11 @@ func validate(source string, spec *Spec, cat *catalog) (*layout, error) {
 	for i := range spec.GPUs {
 		l.gpus = append(l.gpus, v.gpuEntry(i, &spec.GPUs[i], len(l.gpus))...)
 	}
+	l.vfio = v.vfioEntries(spec.VFIO, len(l.gpus)) // vfio.go
 	if len(l.gpus) > MaxGPUs {
 		v.fail("gpus", "%d GPUs; a node may have at most %d", len(l.gpus), MaxGPUs)
+	} else if n := len(l.gpus) + len(l.vfio); n > MaxGPUs {
+		v.fail("vfio", "%d GPUs with those of gpus; a node may have at most %d", n, MaxGPUs)
 	}
 	if len(v.errs) == 0 {
 		v.nvlink(spec.NVLink, l.gpus)
@@ -120,20 +126,7 @@ func validate(source string, spec *Spec, cat *catalog) (*layout, error) {
 func (v *validator) gpuEntry(i int, g *GPUSpec, first int) []gpuLayout {
 	path := fmt.Sprintf("gpus[%d]", i)
 	before := len(v.errs)
-	count := 1
-	if g.Count != nil {
-		count = *g.Count
-		if count < 1 || count > MaxGPUs {
-			v.fail(path+".count", "%d is out of range (1-%d)", count, MaxGPUs)
-		}
-	}
-	numa := 0
-	if g.NUMA != nil {
-		numa = *g.NUMA
-		if numa < -1 || numa > maxNUMANode {
-			v.fail(path+".numa", "%d is out of range (-1 for none, 0-%d)", numa, maxNUMANode)
-		}
-	}
+	count, numa := v.countAndNUMA(path, g.Count, g.NUMA)
 	p, ok := v.cat.product(g.Product)
 	if g.Product == "" {
 		v.fail(path+".product", "is required (known products: %s)", strings.Join(v.cat.keys(), ", "))
@@ -164,6 +157,25 @@ func (v *validator) gpuEntry(i int, g *GPUSpec, first int) []gpuLayout {
 		out[k] = gpuLayout{product: p, numa: numa, migEnabled: g.MIGEnabled, gis: gis, health: health, extra: extra}
 	}
 	return out
+}
+
+// countAndNUMA validates an entry's count and numa keys and returns them
+// with their defaults (1 and node 0).
+func (v *validator) countAndNUMA(path string, countKey, numaKey *int) (count, numa int) {
+	count = 1
+	if countKey != nil {
+		count = *countKey
+		if count < 1 || count > MaxGPUs {
+			v.fail(path+".count", "%d is out of range (1-%d)", count, MaxGPUs)
+		}
+	}
+	if numaKey != nil {
+		numa = *numaKey
+		if numa < -1 || numa > maxNUMANode {
+			v.fail(path+".numa", "%d is out of range (-1 for none, 0-%d)", numa, maxNUMANode)
+		}
+	}
+	return count, numa
 }
 
 // health validates a GPU's failure evidence against what its product's
@@ -284,8 +296,8 @@ func (v *validator) computeInstances(mpath string, sizes []int, prof *migProfile
 	}
 	total := 0
 	for k, c := range sizes {
-		if !ciFits(c, prof.compute) {
-			v.fail(fmt.Sprintf("%s.computeInstances[%d]", mpath, k), "%d is not a compute instance size of %s (have %s)", c, prof.name, orList(ciSizes(prof.compute)))
+		if !migplace.ComputeInstanceFits(c, prof.compute) {
+			v.fail(fmt.Sprintf("%s.computeInstances[%d]", mpath, k), "%d is not a compute instance size of %s (have %s)", c, prof.name, orList(migplace.ComputeInstanceSizes(prof.compute)))
 			return nil, false
 		}
 		total += c
@@ -295,17 +307,6 @@ func (v *validator) computeInstances(mpath string, sizes []int, prof *migProfile
 		return nil, false
 	}
 	return slices.Clone(sizes), true
-}
-
-// ciSizes lists the compute instance sizes a g-slice GPU instance supports.
-func ciSizes(g int) []int {
-	var out []int
-	for c := 1; c <= g; c++ {
-		if ciFits(c, g) {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // placementError says which GPU instance of a layout found no room.

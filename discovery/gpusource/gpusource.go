@@ -28,20 +28,37 @@ type Real struct {
 	sysfsRoot string
 }
 
-// OpenReal loads and initializes NVML as the options say.
+// OpenReal loads and initializes NVML as the options say. A node whose
+// GPUs are all bound to vfio-pci needs no driver: without NVML it reads
+// them from sysfs alone (discovery.CheckVFIOOnly).
 func OpenReal(o discovery.NVMLOptions, sysfsRoot string) (*Real, error) {
 	lib, closeFn, err := discovery.OpenNVML(o)
 	if err != nil {
-		return nil, err
+		if err := discovery.CheckVFIOOnly(sysfsRoot, err); err != nil {
+			return nil, err
+		}
+		return &Real{closeFn: func() {}, sysfsRoot: sysfsRoot}, nil
 	}
 	return &Real{lib: lib, closeFn: closeFn, sysfsRoot: sysfsRoot}, nil
 }
 
-// Discover reads the node's GPUs, and returns the NVML the health
-// watcher listens to.
+// Discover reads the GPUs NVML sees, and those bound to vfio-pci from
+// sysfs, and returns the NVML the health watcher listens to (nil without
+// NVML).
 func (s *Real) Discover() (*discovery.Inventory, nvml.Interface, error) {
-	inv, err := discovery.Discover(s.lib, discovery.WithSysfsRoot(s.sysfsRoot))
-	return inv, s.lib, err
+	inv := &discovery.Inventory{}
+	if s.lib != nil {
+		var err error
+		if inv, err = discovery.Discover(s.lib, discovery.WithSysfsRoot(s.sysfsRoot)); err != nil {
+			return nil, s.lib, err
+		}
+	}
+	vfio, err := discovery.DiscoverVFIO(s.sysfsRoot)
+	if err != nil {
+		return nil, s.lib, err
+	}
+	inv.VFIO = vfio
+	return inv, s.lib, nil
 }
 
 // Close releases NVML.
@@ -60,11 +77,18 @@ type Fake struct {
 	mu   sync.Mutex
 	node *fakenode.Node
 	data []byte
+	// sysfsDir holds the node's sysfs tree when it has GPUs bound to
+	// vfio-pci (vfio.go); removeSysfs when it is temporary.
+	sysfsDir    string
+	removeSysfs bool
 }
 
 // OpenFake opens a bundled fake node or a fake-node file.
-func OpenFake(nameOrPath string) (*Fake, error) {
+func OpenFake(nameOrPath string, opts ...FakeOption) (*Fake, error) {
 	s := &Fake{nameOrPath: nameOrPath}
+	for _, o := range opts {
+		o(s)
+	}
 	node, err := fakenode.Open(nameOrPath)
 	if err != nil {
 		return nil, err
@@ -73,6 +97,9 @@ func OpenFake(nameOrPath string) (*Fake, error) {
 		s.isFile, s.data = true, data
 	}
 	if err := initFake(node); err != nil {
+		return nil, err
+	}
+	if err := s.layOutSysfs(node); err != nil {
 		return nil, err
 	}
 	s.node = node
@@ -105,13 +132,22 @@ func (s *Fake) Discover() (*discovery.Inventory, nvml.Interface, error) {
 			if err := initFake(node); err != nil {
 				return nil, nil, err
 			}
+			if err := s.layOutSysfs(node); err != nil {
+				return nil, nil, err
+			}
 			_ = s.node.NVML().Shutdown()
 			s.node, s.data = node, data
 		}
 	}
 	lib := s.node.NVML()
 	inv, err := discovery.Discover(lib)
-	return inv, lib, err
+	if err != nil || s.sysfsDir == "" {
+		return inv, lib, err
+	}
+	if inv.VFIO, err = discovery.DiscoverVFIO(s.sysfsDir); err != nil {
+		return nil, lib, err
+	}
+	return inv, lib, nil
 }
 
 // Name returns the name of the fake node currently behind the source.
@@ -148,4 +184,5 @@ func (s *Fake) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_ = s.node.NVML().Shutdown()
+	s.closeSysfs()
 }

@@ -114,7 +114,7 @@ func (s *Sink) Check(inv *discovery.Inventory, p *plan.Plan) error {
 	}
 	served := p
 	if s.c.Only != "" {
-		served = p.ServedThrough(s.c.Only)
+		served = p.ServedThrough(s.c.Only, "")
 	}
 	spec, err := Build(s.c.Options, s.c.Generator, inv, served)
 	if err != nil {

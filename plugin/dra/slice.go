@@ -94,6 +94,10 @@ type BuildOptions struct {
 	CDIName func(plan.Device) string
 	// Unhealthy are the devices held unhealthy; they carry TaintUnhealthy.
 	Unhealthy Unhealthy
+	// Default is the API of the resources whose rules did not choose one,
+	// for a plan not resolved yet (plan.WithServeDefault); the agent's
+	// sinks get resolved plans and leave it empty.
+	Default plan.Serve
 }
 
 // DRAResources returns the resources of p served through DRA, held back
@@ -112,9 +116,10 @@ func DRAResources(p *plan.Plan) []*plan.Resource {
 }
 
 // BuildSlice makes the devices of the node's ResourceSlice from the
-// resources of p that DRA serves: one device per plan device, named
-// draattr.DeviceName(uuid), with draattr.Device's attributes and
-// capacities and the resource name as draattr.AttrResource. A
+// resources of p that DRA serves: one device per plan device, named and
+// given attributes and capacities by the draattr schema of the plan's
+// DRACompatibility (featureplug's own names, or NVIDIA's DRA driver's as
+// well), with the resource name as draattr.AttrResource. A
 // time-sliced or MPS-shared device allows multiple allocations and has
 // the consumable capacity CapShares = replicas (a claim takes one share
 // by default, and only one when the rule fails requests greater than one,
@@ -127,12 +132,23 @@ func DRAResources(p *plan.Plan) []*plan.Resource {
 // or that would carry more attributes and capacities than resource.k8s.io
 // allows, or for more than MaxDevices devices.
 func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, error) {
+	if o.Default != "" {
+		p = p.WithServeDefault(o.Default)
+	}
 	vendor, class := parser.ParseQualifier(o.CDIKind)
 	if err := parser.ValidateVendorName(vendor); err != nil {
 		return Build{}, fmt.Errorf("CDI kind %q: %w", o.CDIKind, err)
 	}
 	if err := parser.ValidateClassName(class); err != nil {
 		return Build{}, fmt.Errorf("CDI kind %q: %w", o.CDIKind, err)
+	}
+	var compat draattr.Compatibility
+	if p != nil {
+		compat = draattr.Compatibility(p.DRACompatibility)
+	}
+	schema, err := draattr.For(compat)
+	if err != nil {
+		return Build{}, err
 	}
 	cdiName := o.CDIName
 	if cdiName == nil {
@@ -154,13 +170,13 @@ func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, 
 				errs = append(errs, fmt.Errorf("resource %s (rule %s): device %s is not in the inventory", r.Name, d.Rule, d.ID))
 				continue
 			}
-			name := draattr.DeviceName(d.ID)
+			name := schema.DeviceName(gpu, mig)
 			if prev, dup := seen[name]; dup {
 				errs = append(errs, fmt.Errorf("resource %s (rule %s): device %s has the ResourceSlice name %q of device %s", r.Name, d.Rule, d.ID, name, prev))
 				continue
 			}
 			seen[name] = d.ID
-			dev := sliceDevice(inv, gpu, mig, name, r, d, o.Unhealthy)
+			dev := sliceDevice(schema, inv, gpu, mig, name, r, d, o.Unhealthy)
 			if err := checkDeviceSize(r, d, dev); err != nil {
 				errs = append(errs, err)
 				continue
@@ -220,8 +236,8 @@ func findDevice(inv *discovery.Inventory, d plan.Device) (*discovery.GPU, *disco
 }
 
 // sliceDevice is one device of the slice.
-func sliceDevice(inv *discovery.Inventory, gpu *discovery.GPU, mig *discovery.MIGDevice, name string, r *plan.Resource, d plan.Device, bad Unhealthy) resourceapi.Device {
-	attrs, caps := draattr.Device(inv, gpu, mig)
+func sliceDevice(schema *draattr.Schema, inv *discovery.Inventory, gpu *discovery.GPU, mig *discovery.MIGDevice, name string, r *plan.Resource, d plan.Device, bad Unhealthy) resourceapi.Device {
+	attrs, caps := schema.Device(inv, gpu, mig)
 	if attrs == nil {
 		attrs = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
 	}

@@ -85,7 +85,7 @@ func wantDevice(t *testing.T, inv *discovery.Inventory, gpu, mig int, resourceNa
 		m = &g.MIGDevices[mig]
 		uuid = m.UUID
 	}
-	attrs, caps := draattr.Device(inv, g, m)
+	attrs, caps := draattr.OwnSchema().Device(inv, g, m)
 	attrs[draattr.AttrResource] = resourceapi.DeviceAttribute{StringValue: ptr.To(resourceName)}
 	return resourceapi.Device{Name: strings.ToLower(uuid), Attributes: attrs, Capacity: caps}
 }

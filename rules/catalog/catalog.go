@@ -8,11 +8,13 @@
 // per catalog product, synthetic nodes holding one whole GPU and one GPU per
 // MIG profile (+me profiles included) and compute instance size; for the
 // caps, these stand for the largest node of the product (fakenode.MaxGPUs
-// GPUs, each with as many MIG devices of a kind as one GPU holds).
+// GPUs, each with as many MIG devices of a kind as one GPU holds). One more
+// synthetic node has a GPU of every product bound to vfio-pci.
 package catalog
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -73,7 +75,35 @@ func Nodes() ([]rules.CheckNode, error) {
 				Largest: &rules.LargestNode{GPUs: maxGPUsPerNode, PerGPU: perGPU(inv, instances[i])}})
 		}
 	}
-	return out, nil
+	vfio, err := vfioNode()
+	if err != nil {
+		return nil, err
+	}
+	return append(out, vfio), nil
+}
+
+// vfioNode is the synthetic node with one GPU of every catalog product
+// bound to vfio-pci.
+func vfioNode() (rules.CheckNode, error) {
+	products := fakenode.Products()
+	spec := fakenode.Spec{Name: "catalog-vfio", DriverVersion: syntheticDriver, CUDAVersion: syntheticCUDA,
+		GPUs: []fakenode.GPUSpec{{Product: products[0].Key}}}
+	for _, p := range products {
+		spec.VFIO = append(spec.VFIO, fakenode.VFIOSpec{Product: p.Key})
+	}
+	data, err := yaml.Marshal(spec)
+	if err != nil {
+		return rules.CheckNode{}, fmt.Errorf("catalog products on vfio-pci: %w", err)
+	}
+	node, err := fakenode.Parse(spec.Name, data)
+	if err != nil {
+		return rules.CheckNode{}, fmt.Errorf("catalog products on vfio-pci: %w", err)
+	}
+	inv, err := discover(node)
+	if err != nil {
+		return rules.CheckNode{}, fmt.Errorf("catalog products on vfio-pci: %w", err)
+	}
+	return rules.CheckNode{Name: "catalog products on vfio-pci", Inventory: inv, Synthetic: true}, nil
 }
 
 // Check tries a rule set on every node of Nodes (see rules.CheckNodes).
@@ -85,14 +115,36 @@ func Check(rs *rules.RuleSet) error {
 	return rs.CheckNodes(nodes)
 }
 
-// discover reads a fake node's inventory.
+// discover reads a fake node's inventory: its GPUs bound to vfio-pci too,
+// from the sysfs tree it lays out in a temporary directory.
 func discover(node *fakenode.Node) (*discovery.Inventory, error) {
 	lib := node.NVML()
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("initializing fake NVML: %s", ret.Error())
 	}
 	defer func() { _ = lib.Shutdown() }()
-	return discovery.Discover(lib)
+	inv, err := discovery.Discover(lib)
+	if err != nil {
+		return nil, err
+	}
+	if err := discovery.ReadMIGGeometry(lib, inv); err != nil {
+		return nil, err
+	}
+	if node.VFIOCount() == 0 {
+		return inv, nil
+	}
+	dir, err := os.MkdirTemp("", "featureplug-catalog-sysfs-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := node.WriteSysfs(dir); err != nil {
+		return nil, err
+	}
+	if inv.VFIO, err = discovery.DiscoverVFIO(dir); err != nil {
+		return nil, err
+	}
+	return inv, nil
 }
 
 // productSpecs returns the synthetic fake nodes of one product: a whole GPU

@@ -137,3 +137,42 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	}
 }
+
+// TestCheckDynamicMIG checks a rule that partitions GPUs on demand against
+// the whole catalog: a profile none of the matched products has is an
+// error naming the rule, field and value; the catalog's profiles pass.
+func TestCheckDynamicMIG(t *testing.T) {
+	const head = "apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"
+	bad, err := rules.Parse("r.yaml", []byte(head+`- name: b200
+  devices: gpu
+  matchFeatures:
+    - feature: nvidia.gpu
+      matchExpressions:
+        product: {op: In, value: ["NVIDIA B200"]}
+  resource: 'nvidia.com/mig-{{ .profile | replace "+" "-" }}'
+  mig: {partition: dynamic, profiles: [1g.23gb+me, 7g.192gb]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Check(bad)
+	if err == nil || !strings.Contains(err.Error(), `rules[0] "b200": mig.profiles[1]: is a MIG profile of none of the catalog GPUs the rule matches (NVIDIA B200: `) ||
+		!strings.Contains(err.Error(), `the same slice count there: NVIDIA B200 7g.180gb (have "7g.192gb")`) {
+		t.Errorf("%v", err)
+	}
+	good, err := rules.Parse("r.yaml", []byte(head+`- name: all
+  devices: gpu
+  resource: 'nvidia.com/mig-{{ .profile | replace "+" "-" }}'
+  mig: {partition: dynamic, wholeGPU: nvidia.com/gpu}
+- name: rest
+  devices: gpu
+  resource: nvidia.com/gpu
+  serve: dra
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(good); err != nil {
+		t.Errorf("a dynamic rule for every catalog GPU: %v", err)
+	}
+}

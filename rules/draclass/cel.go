@@ -104,7 +104,7 @@ func expression(f draattr.Form, e *nfdv1alpha1.MatchExpression) (node, error) {
 	var err error
 	switch {
 	case f.Capacity:
-		cond, err = quantityExpression(value(f), e)
+		cond, err = quantityExpression(value(f), f.Unit, e)
 	case f.Version && f.Part == "":
 		cond, err = versionExpression(value(f), e)
 	case f.Part != "" || f.Type == discovery.TypeInt || f.Type == discovery.TypeQuantity:
@@ -119,7 +119,18 @@ func expression(f draattr.Form, e *nfdv1alpha1.MatchExpression) (node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return and(has(f), cond), nil
+	withValue := and(has(f), cond)
+	if f.Optional && f.Default != "" {
+		// NFD publishes Default where the device lacks the attribute
+		// (numa -1 for a GPU without NUMA affinity, which carries no
+		// standard numaNode): the expression decides on that value.
+		ok, _, err := nodefeaturerule.MatchValues(&nfdv1alpha1.MatchExpressionSet{f.Name: e}, map[string]string{f.Name: f.Default}, true)
+		if err != nil {
+			return nil, noCEL("NFD cannot evaluate it on %q: %v", f.Default, err)
+		}
+		return or(withValue, and(not(has(f)), boolLit(ok))), nil
+	}
+	return withValue, nil
 }
 
 // canonicalInts returns the values that are integers written as NFD
@@ -257,10 +268,16 @@ func equalities(v node, fn string, texts []string) node {
 	return or(conds...)
 }
 
-// quantityExpression compiles an expression on memory, a capacity q in
-// bytes where NFD has an integer in MiB.
-func quantityExpression(q node, e *nfdv1alpha1.MatchExpression) (node, error) {
-	mib := func(n int64) string { return strconv.FormatInt(n, 10) + "Mi" }
+// quantityExpression compiles an expression on a capacity q, of which one
+// unit of NFD's integer is unit: memory in bytes where NFD has MiB, or a
+// count (unit 1).
+func quantityExpression(q node, unit int64, e *nfdv1alpha1.MatchExpression) (node, error) {
+	mib := func(n int64) string {
+		if unit == 1<<20 {
+			return strconv.FormatInt(n, 10) + "Mi"
+		}
+		return strconv.FormatInt(n*unit, 10)
+	}
 	switch {
 	case e.Op == nfdv1alpha1.MatchIn, e.Op == nfdv1alpha1.MatchNotIn:
 		var texts []string
@@ -280,7 +297,7 @@ func quantityExpression(q node, e *nfdv1alpha1.MatchExpression) (node, error) {
 		}
 		return ordered(e, len(b), func(i int) (node, node) { return compareTo(q, "quantity", mib(b[i])), intLit(0) })
 	}
-	return nil, noCEL("op %s on memory, a capacity (a quantity, not text)", e.Op)
+	return nil, noCEL("op %s on a capacity (a quantity, not text)", e.Op)
 }
 
 // versionExpression compiles an expression on a version v (a CEL semver).

@@ -120,7 +120,7 @@ func TestExpressionsAgreeWithNFD(t *testing.T) {
 		{draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagMIGEnabled, flagOps, []string{""}},
 		{draattr.TypeGPU, discovery.FeatureGPU, "nonesuch", stringOps, []string{"absent"}},
 	} {
-		f, err := draattr.Lookup(c.kind, c.feature, c.name)
+		f, err := draattr.OwnSchema().Lookup(c.kind, c.feature, c.name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +172,7 @@ func TestExpressionsAgreeWithNFD(t *testing.T) {
 // TestVersionTextDiffers pins the one place CEL and NFD differ: In and
 // NotIn compare a version as text in NFD, as a version on the device.
 func TestVersionTextDiffers(t *testing.T) {
-	f, _ := draattr.Lookup(draattr.TypeGPU, discovery.FeatureDriver, discovery.AttrCUDAVersion)
+	f, _ := draattr.OwnSchema().Lookup(draattr.TypeGPU, discovery.FeatureDriver, discovery.AttrCUDAVersion)
 	tree, err := expression(f, &nfdv1alpha1.MatchExpression{Op: nfdv1alpha1.MatchIn, Value: []string{"12.8.0"}})
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestNoCELForm(t *testing.T) {
 		{draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrProduct, &nfdv1alpha1.MatchExpression{Op: nfdv1alpha1.MatchGt, Value: []string{"5"}}},
 		{draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrComputeMajor, &nfdv1alpha1.MatchExpression{Op: nfdv1alpha1.MatchGt, Value: []string{"8"}, Type: nfdv1alpha1.TypeVersion}},
 	} {
-		f, err := draattr.Lookup(c.kind, c.feature, c.name)
+		f, err := draattr.OwnSchema().Lookup(c.kind, c.feature, c.name)
 		if err != nil {
 			t.Fatal(err)
 		}

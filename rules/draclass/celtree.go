@@ -39,9 +39,11 @@ type (
 	intLit int64
 	// list is a list literal: [a, b].
 	list []node
-	// ref reads one of the driver's attributes of the device
-	// (device.attributes["gpu.featureplug.io"].name) or, with capacity,
-	// one of its capacities (device.capacity[...].name).
+	// ref reads one of the device's attributes by its published name
+	// (device.attributes["gpu.featureplug.io"].name for an unqualified
+	// one, device.attributes["resource.kubernetes.io"].pcieRoot for a
+	// qualified one) or, with capacity, one of its capacities
+	// (device.capacity[...].name).
 	ref struct {
 		name     resourceapi.QualifiedName
 		capacity bool
@@ -115,15 +117,17 @@ func (n ref) write(b *strings.Builder) {
 	} else {
 		b.WriteString("device.attributes[")
 	}
-	strLit(draattr.Domain).write(b)
+	domain, id := draattr.SplitName(n.name)
+	strLit(domain).write(b)
 	b.WriteString("].")
-	b.WriteString(string(n.name))
+	b.WriteString(id)
 }
 
 func (n present) write(b *strings.Builder) {
-	strLit(n.name).write(b)
+	domain, id := draattr.SplitName(n.name)
+	strLit(id).write(b)
 	b.WriteString(" in device.attributes[")
-	strLit(draattr.Domain).write(b)
+	strLit(domain).write(b)
 	b.WriteByte(']')
 }
 

@@ -73,12 +73,15 @@ func TestFormReads(t *testing.T) {
 		{draattr.TypeGPU, discovery.FeatureDriver, discovery.AttrDriverVersion,
 			`device.attributes["gpu.featureplug.io"].driverVersion`, `"driverVersion" in device.attributes["gpu.featureplug.io"]`, "true"},
 		{draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrMemory, `device.capacity["gpu.featureplug.io"].memory`, "true", "true"},
-		{draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagMPS,
+		{draattr.TypeGPU, discovery.FeatureCapabilities, discovery.FlagMPS,
 			`device.attributes["gpu.featureplug.io"].capabilityMps`, "true", `device.attributes["gpu.featureplug.io"].capabilityMps`},
+		{draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagMPS, "", "true", "true"},
+		{draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrNUMA,
+			`device.attributes["resource.kubernetes.io"].numaNode`, `"numaNode" in device.attributes["resource.kubernetes.io"]`, "true"},
 		{draattr.TypeMIG, discovery.FeatureCapabilities, discovery.FlagMIGEnabled, "", "true", "true"},
 		{draattr.TypeGPU, discovery.FeatureGPU, "nonesuch", "", "true", "false"},
 	} {
-		f, err := draattr.Lookup(tc.kind, tc.feature, tc.name)
+		f, err := draattr.OwnSchema().Lookup(tc.kind, tc.feature, tc.name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -39,41 +39,41 @@ func TestBundledClasses(t *testing.T) {
 		only int
 	}{
 		{file: "none", only: 1, want: []wantClass{
-			{"gpu.nvidia.com", "nvidia.com/gpu", `D && ` + wholeGPU, ""},
+			{"gpu.nvidia.com.featureplug.io", "nvidia.com/gpu", `D && ` + wholeGPU, ""},
 		}},
 		{file: "single", only: 1, want: []wantClass{
-			{"gpu.nvidia.com", "nvidia.com/gpu", `D && ((` + wholeGPU + `) || A.type == "mig")`, ""},
+			{"gpu.nvidia.com.featureplug.io", "nvidia.com/gpu", `D && ((` + wholeGPU + `) || A.type == "mig")`, ""},
 		}},
 		{file: "mixed", want: []wantClass{
-			{"gpu.nvidia.com", "nvidia.com/gpu", `D && ` + wholeGPU, ""},
-			{"mig-1g.10gb.me.nvidia.com", "nvidia.com/mig-1g.10gb.me", `D && A.type == "mig" && A.profile == "1g.10gb+me"`, ""},
-			{"mig-3g.40gb.nvidia.com", "nvidia.com/mig-3g.40gb", `D && A.type == "mig" && A.profile == "3g.40gb"`, ""},
-			{"mig-7g.80gb.nvidia.com", "nvidia.com/mig-7g.80gb", `D && A.type == "mig" && A.profile == "7g.80gb"`, ""},
+			{"gpu.nvidia.com.featureplug.io", "nvidia.com/gpu", `D && ` + wholeGPU, ""},
+			{"mig-1g.10gb.me.nvidia.com.featureplug.io", "nvidia.com/mig-1g.10gb.me", `D && A.type == "mig" && A.profile == "1g.10gb+me"`, ""},
+			{"mig-3g.40gb.nvidia.com.featureplug.io", "nvidia.com/mig-3g.40gb", `D && A.type == "mig" && A.profile == "3g.40gb"`, ""},
+			{"mig-7g.80gb.nvidia.com.featureplug.io", "nvidia.com/mig-7g.80gb", `D && A.type == "mig" && A.profile == "7g.80gb"`, ""},
 		}},
 		{file: "per-model", none: []string{"nvidia.com/a100-sxm4-80gb", "nvidia.com/h100-80gb-hbm3", "nvidia.com/h100-nvl"}, want: []wantClass{
-			{"h100.shared.nvidia.com", "nvidia.com/h100.shared", `D && ` + wholeGPU + ` && A.product.matches("H100")`, ""},
-			{"a100-80gb.nvidia.com", "nvidia.com/a100-80gb",
+			{"h100.shared.nvidia.com.featureplug.io", "nvidia.com/h100.shared", `D && ` + wholeGPU + ` && A.product.matches("H100")`, ""},
+			{"a100-80gb.nvidia.com.featureplug.io", "nvidia.com/a100-80gb",
 				`D && ` + wholeGPU + ` && C.memory.compareTo(quantity("70000Mi")) > 0 && A.product.matches("A100") && ` + notH100, ""},
-			{"a100-sxm4-40gb.nvidia.com", "nvidia.com/a100-sxm4-40gb",
+			{"a100-sxm4-40gb.nvidia.com.featureplug.io", "nvidia.com/a100-sxm4-40gb",
 				`D && ` + wholeGPU + ` && ` + notH100 + ` && ` + notA100 + ` && A.product == "NVIDIA A100-SXM4-40GB"`, ""},
-			{"h200.nvidia.com", "nvidia.com/h200", `D && ` + wholeGPU + ` && ` + notH100 + ` && ` + notA100 + ` && A.product == "NVIDIA H200"`, ""},
-			{"mig-1g.18gb.me.nvidia.com", "nvidia.com/mig-1g.18gb.me", `D && A.type == "mig" && A.profile == "1g.18gb+me"`, ""},
+			{"h200.nvidia.com.featureplug.io", "nvidia.com/h200", `D && ` + wholeGPU + ` && ` + notH100 + ` && ` + notA100 + ` && A.product == "NVIDIA H200"`, ""},
+			{"mig-1g.18gb.me.nvidia.com.featureplug.io", "nvidia.com/mig-1g.18gb.me", `D && A.type == "mig" && A.profile == "1g.18gb+me"`, ""},
 		}},
 		{file: "../../manifests/examples/rules/per-model-time-slicing.yaml", none: []string{"nvidia.com/l4"}, want: []wantClass{
-			{"l4.shared.nvidia.com", "nvidia.com/l4.shared", `D && ` + wholeGPU + ` && A.product == "NVIDIA L4"`, ""},
-			{"l40s.nvidia.com", "nvidia.com/l40s", `D && ` + wholeGPU + ` && !(A.product == "NVIDIA L4") && A.product == "NVIDIA L40S"`, ""},
-			{"mig-2g.20gb.nvidia.com", "nvidia.com/mig-2g.20gb", `D && A.type == "mig" && A.profile == "2g.20gb"`, ""},
+			{"l4.shared.nvidia.com.featureplug.io", "nvidia.com/l4.shared", `D && ` + wholeGPU + ` && A.product == "NVIDIA L4"`, ""},
+			{"l40s.nvidia.com.featureplug.io", "nvidia.com/l40s", `D && ` + wholeGPU + ` && !(A.product == "NVIDIA L4") && A.product == "NVIDIA L40S"`, ""},
+			{"mig-2g.20gb.nvidia.com.featureplug.io", "nvidia.com/mig-2g.20gb", `D && A.type == "mig" && A.profile == "2g.20gb"`, ""},
 		}},
 		{file: "../../manifests/examples/rules/mixed-mig.yaml", none: []string{"nvidia.com/mig-1g.10gb", "nvidia.com/mig-1g.5gb"}, want: []wantClass{
-			{"gpu.nvidia.com", "nvidia.com/gpu", `D && ` + wholeGPU, ""},
-			{"mig-1g.10gb.shared.nvidia.com", "nvidia.com/mig-1g.10gb.shared", `D && A.type == "mig" && A.slicesGi == 1 && A.profile == "1g.10gb"`, ""},
-			{"mig-1g.10gb.me.shared.nvidia.com", "nvidia.com/mig-1g.10gb.me.shared", `D && A.type == "mig" && A.slicesGi == 1 && A.profile == "1g.10gb+me"`, ""},
-			{"mig-3g.40gb.nvidia.com", "nvidia.com/mig-3g.40gb", `D && A.type == "mig" && !(A.slicesGi == 1) && A.profile == "3g.40gb"`, ""},
+			{"gpu.nvidia.com.featureplug.io", "nvidia.com/gpu", `D && ` + wholeGPU, ""},
+			{"mig-1g.10gb.shared.nvidia.com.featureplug.io", "nvidia.com/mig-1g.10gb.shared", `D && A.type == "mig" && A.slicesGi == 1 && A.profile == "1g.10gb"`, ""},
+			{"mig-1g.10gb.me.shared.nvidia.com.featureplug.io", "nvidia.com/mig-1g.10gb.me.shared", `D && A.type == "mig" && A.slicesGi == 1 && A.profile == "1g.10gb+me"`, ""},
+			{"mig-3g.40gb.nvidia.com.featureplug.io", "nvidia.com/mig-3g.40gb", `D && A.type == "mig" && !(A.slicesGi == 1) && A.profile == "3g.40gb"`, ""},
 		}},
 		{file: "../../manifests/examples/rules/mps-inference-pool.yaml", want: []wantClass{
-			{"h100.mps.nvidia.com", "nvidia.com/h100.mps", `D && A.resource == "nvidia.com/h100.mps"`, `nodeSelector: a DeviceClass cannot select nodes`},
-			{"gpu.nvidia.com", "nvidia.com/gpu", `D && A.resource == "nvidia.com/gpu"`, `earlier rules[0] "h100-inference-mps"`},
-			{"mig-3g.40gb.nvidia.com", "nvidia.com/mig-3g.40gb", `D && A.type == "mig" && A.profile == "3g.40gb"`, ""},
+			{"h100.mps.nvidia.com.featureplug.io", "nvidia.com/h100.mps", `D && A.resource == "nvidia.com/h100.mps"`, `nodeSelector: a DeviceClass cannot select nodes`},
+			{"gpu.nvidia.com.featureplug.io", "nvidia.com/gpu", `D && A.resource == "nvidia.com/gpu"`, `earlier rules[0] "h100-inference-mps"`},
+			{"mig-3g.40gb.nvidia.com.featureplug.io", "nvidia.com/mig-3g.40gb", `D && A.type == "mig" && A.profile == "3g.40gb"`, ""},
 		}},
 	} {
 		t.Run(c.file, func(t *testing.T) {
@@ -190,9 +190,10 @@ func TestFallbackWarningsNameRuleFieldValue(t *testing.T) {
 
 func TestClassName(t *testing.T) {
 	for in, want := range map[string]string{
-		"example.com/a100-80gb":     "a100-80gb.example.com",
-		"nvidia.com/mig-1g.10gb.me": "mig-1g.10gb.me.nvidia.com",
-		"example.com/Big_GPU":       "big-gpu.example.com",
+		"example.com/a100-80gb":     "a100-80gb.example.com.featureplug.io",
+		"nvidia.com/mig-1g.10gb.me": "mig-1g.10gb.me.nvidia.com.featureplug.io",
+		"nvidia.com/gpu":            "gpu.nvidia.com.featureplug.io",
+		"example.com/Big_GPU":       "big-gpu.example.com.featureplug.io",
 		"example.com/a..b":          "",
 		"nodomain":                  "",
 	} {

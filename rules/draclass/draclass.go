@@ -1,9 +1,10 @@
 // Package draclass compiles a rules file into DRA DeviceClasses
 // (resource.k8s.io/v1): one class per resource name the rules give, named
-// after it (example.com/a100-80gb -> a100-80gb.example.com), with
-// spec.extendedResourceName set to it, so that a pod asking for the
-// extended resource is served from featureplug's ResourceSlices, and a CEL
-// selector equivalent to the rules:
+// after it in featureplug's domain (example.com/a100-80gb ->
+// a100-80gb.example.com.featureplug.io, so that it never takes the name of
+// another driver's class), with spec.extendedResourceName set to it, so
+// that a pod asking for the extended resource is served from featureplug's
+// ResourceSlices, and a CEL selector equivalent to the rules:
 //
 //   - a rule's NFD matchers (matchFeatures, matchAny) become CEL over the
 //     device's attributes (discovery/draattr, whose Lookup says what each
@@ -24,6 +25,12 @@
 // it affects select on the resource attribute the DRA sink publishes
 // instead: device.attributes["gpu.featureplug.io"].resource == "<name>",
 // which is always right.
+//
+// With the rules file's dra.compatibility: nvidia, NVIDIA's DRA driver's
+// classes gpu.nvidia.com and mig.nvidia.com are added, over the devices of
+// both drivers (nvidia.go), and the rules' classes read the attributes as
+// that schema names them. Clashes says which classes would take the name
+// or extended resource of a class another driver installed.
 package draclass
 
 import (
@@ -81,6 +88,14 @@ type Class struct {
 	// Serve is what the rules chose for the resource, "" when they left
 	// it to the agent's --serve.
 	Serve plan.Serve
+	// ExtendedResourceName is the class's spec.extendedResourceName: the
+	// resource name, or "" when it has none (NVIDIA's MIG class, or a
+	// rules class whose extended resource NVIDIA's GPU class serves).
+	ExtendedResourceName string
+	// NVIDIA is set for NVIDIA's DRA driver's classes, which NVIDIA
+	// compatibility adds (nvidia.go); Resource is then the extended
+	// resource it serves, if any.
+	NVIDIA bool
 	// Object is the DeviceClass.
 	Object *resourceapi.DeviceClass
 }
@@ -98,26 +113,31 @@ type Result struct {
 	DevicePlugin []string
 }
 
-// Class returns the class of a resource name.
+// Class returns the class the rules give a resource name (not NVIDIA's).
 func (r *Result) Class(resource string) (*Class, bool) {
 	for i := range r.Classes {
-		if r.Classes[i].Resource == resource {
+		if r.Classes[i].Resource == resource && !r.Classes[i].NVIDIA {
 			return &r.Classes[i], true
 		}
 	}
 	return nil, false
 }
 
+// ClassDomain is the domain the classes of resource names are named in.
+const ClassDomain = "featureplug.io"
+
 // ClassName returns the DeviceClass name of a resource name: the name
-// after the '/' then the domain, lowercase, '_' made '-'
-// (example.com/a100-80gb -> a100-80gb.example.com). It fails when that is
-// not a DNS subdomain.
+// after the '/', then the domain, then ClassDomain, lowercase, '_' made
+// '-' (example.com/a100-80gb -> a100-80gb.example.com.featureplug.io,
+// nvidia.com/gpu -> gpu.nvidia.com.featureplug.io: never the name of
+// NVIDIA's class gpu.nvidia.com). It fails when that is not a DNS
+// subdomain.
 func ClassName(resource string) (string, error) {
 	domain, name, ok := strings.Cut(resource, "/")
 	if !ok {
 		return "", fmt.Errorf("resource name %q has no domain", resource)
 	}
-	out := strings.ReplaceAll(strings.ToLower(name+"."+domain), "_", "-")
+	out := strings.ReplaceAll(strings.ToLower(name+"."+domain+"."+ClassDomain), "_", "-")
 	if errs := validation.IsDNS1123Subdomain(out); len(errs) > 0 {
 		return "", fmt.Errorf("resource name %q makes class name %q, which is not a DNS subdomain: %s", resource, out, strings.Join(errs, "; "))
 	}
@@ -127,6 +147,7 @@ func ClassName(resource string) (string, error) {
 // compiler holds one Compile.
 type compiler struct {
 	source string
+	schema *draattr.Schema
 	views  []rules.RuleView
 	// match is, per rule, its matchers as CEL (without the kind), or why
 	// they have no CEL form.
@@ -147,7 +168,11 @@ type contribution struct {
 // those they give the devices of nodes (rules/catalog.Nodes is every
 // device featureplug knows).
 func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
-	c := &compiler{source: rs.Source(), views: rs.Views(), warned: map[string]bool{}}
+	schema, err := draattr.For(rs.DRACompatibility())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", rs.Source(), err)
+	}
+	c := &compiler{source: rs.Source(), schema: schema, views: rs.Views(), warned: map[string]bool{}}
 	c.match = make([]node, len(c.views))
 	c.matchErr = make([]*rules.Error, len(c.views))
 	for i := range c.views {
@@ -166,6 +191,9 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 		}
 	}
 	for i, v := range c.views {
+		if v.Devices == plan.DeviceVFIO {
+			continue // VFIO devices are not in ResourceSlices (yet): no class
+		}
 		if !v.Template {
 			note(v.Resource)
 			continue
@@ -182,7 +210,7 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 			if m.Device != device {
 				device, claimed = m.Device, false
 			}
-			if claimed {
+			if claimed || m.Kind == plan.DeviceVFIO {
 				return
 			}
 			v := &c.views[m.Rule]
@@ -205,6 +233,9 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 	contribs := map[string][]contribution{}
 	for i := range c.views {
 		v := &c.views[i]
+		if v.Devices == plan.DeviceVFIO {
+			continue
+		}
 		claims, why := c.claims(i)
 		if !v.Template {
 			contribs[v.Resource] = append(contribs[v.Resource], contribution{rule: i, cel: claims, fallback: why})
@@ -254,8 +285,14 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 		}
 		classNames[className] = name
 		cl.Name = className
-		cl.Object = object(cl)
+		cl.ExtendedResourceName = name
 		res.Classes = append(res.Classes, *cl)
+	}
+	if c.schema.Compatibility() == draattr.NVIDIA {
+		c.addNVIDIAClasses(res) // nvidia.go
+	}
+	for i := range res.Classes {
+		res.Classes[i].Object = object(&res.Classes[i])
 	}
 	res.Warnings = c.warnings
 	return res, nil
@@ -309,7 +346,10 @@ func (c *compiler) class(name string, cs []contribution) (cl *Class, skip bool) 
 // object makes the DeviceClass of a class.
 func object(cl *Class) *resourceapi.DeviceClass {
 	note := compiledNote
-	if cl.Fallback != "" {
+	switch {
+	case cl.NVIDIA:
+		note = nvidiaNote
+	case cl.Fallback != "":
 		note = "selects on the resource attribute: " + cl.Fallback
 	}
 	ann := map[string]string{
@@ -319,7 +359,13 @@ func object(cl *Class) *resourceapi.DeviceClass {
 	if len(cl.NodeSelectors) > 0 {
 		ann[AnnotationNodeSelectors] = strings.Join(cl.NodeSelectors, "; ") + " (a DeviceClass cannot select nodes)"
 	}
-	resource := cl.Resource
+	if len(cl.Rules) == 0 {
+		delete(ann, AnnotationRules)
+	}
+	var extended *string
+	if cl.ExtendedResourceName != "" {
+		extended = ptr(cl.ExtendedResourceName)
+	}
 	return &resourceapi.DeviceClass{
 		TypeMeta: metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -329,7 +375,7 @@ func object(cl *Class) *resourceapi.DeviceClass {
 		},
 		Spec: resourceapi.DeviceClassSpec{
 			Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: cl.Selector}}},
-			ExtendedResourceName: &resource,
+			ExtendedResourceName: extended,
 		},
 	}
 }
@@ -359,7 +405,7 @@ func (c *compiler) claims(i int) (node, *rules.Error) {
 	}
 	// The earlier rules' matchers without their kind, which this rule
 	// shares.
-	conds := []node{kindCEL(v.Devices), c.match[i]}
+	conds := []node{c.kindCEL(v.Devices), c.match[i]}
 	for j := range i {
 		w := &c.views[j]
 		if w.Devices != v.Devices {
@@ -384,10 +430,11 @@ func (c *compiler) claims(i int) (node, *rules.Error) {
 
 // kindCEL is the condition of a rule's devices field: a gpu rule claims
 // whole GPUs with MIG disabled, a mig rule MIG devices.
-func kindCEL(kind plan.DeviceKind) node {
-	typ := equal(attribute(draattr.AttrType), strLit(kind))
+func (c *compiler) kindCEL(kind plan.DeviceKind) node {
+	name, _ := c.schema.Published(string(kind), draattr.AttrType)
+	typ := equal(attribute(name), strLit(kind))
 	if kind == plan.DeviceGPU {
-		f, _ := draattr.Lookup(draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrMIGEnabled)
+		f, _ := c.schema.Lookup(draattr.TypeGPU, discovery.FeatureGPU, discovery.AttrMIGEnabled)
 		return and(typ, not(value(f)))
 	}
 	return typ
@@ -408,7 +455,7 @@ func (c *compiler) compileMatch(v *rules.RuleView) (node, *rules.Error) {
 			term := &m[j]
 			tp := fmt.Sprintf("%s[%d]", at, j)
 			feature := strings.ToLower(term.Feature)
-			if f, _ := draattr.Lookup(kind, feature, ""); f.Absent {
+			if f, _ := c.schema.Lookup(kind, feature, ""); f.Absent {
 				terms = append(terms, celFalse)
 				continue
 			}
@@ -421,7 +468,7 @@ func (c *compiler) compileMatch(v *rules.RuleView) (node, *rules.Error) {
 			for _, key := range slices.Sorted(maps.Keys(*term.MatchExpressions)) {
 				e := (*term.MatchExpressions)[key]
 				ep := tp + ".matchExpressions." + key
-				f, err := draattr.Lookup(kind, feature, key)
+				f, err := c.schema.Lookup(kind, feature, key)
 				if err != nil {
 					return nil, fail(ep, formatExpression(e), fmt.Errorf("%w: %v", errNoCEL, err))
 				}
@@ -470,7 +517,7 @@ func (c *compiler) templateInputs(v *rules.RuleView, tuples map[string][]string)
 	}
 	forms := make([]draattr.Form, len(v.TemplateInputs))
 	for k, in := range v.TemplateInputs {
-		f, err := draattr.Lookup(string(v.Devices), feature, in)
+		f, err := c.schema.Lookup(string(v.Devices), feature, in)
 		if err != nil {
 			return nil, fail("no CEL form: the template reads " + in + ": " + err.Error())
 		}

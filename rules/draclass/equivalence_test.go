@@ -16,6 +16,7 @@ import (
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
+	"github.com/featureplug/featureplug/discovery/fakenode"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/catalog"
 	"github.com/featureplug/featureplug/rules/draclass"
@@ -46,9 +47,27 @@ var (
 	nodesErr  error
 )
 
+// catalogNodes are the catalog's nodes and testdata/nodes' (a GPU
+// without NUMA affinity, which the catalog lacks).
 func catalogNodes(t *testing.T) []rules.CheckNode {
 	t.Helper()
-	nodesOnce.Do(func() { nodes, nodesErr = catalog.Nodes() })
+	nodesOnce.Do(func() {
+		nodes, nodesErr = catalog.Nodes()
+		files, _ := filepath.Glob("testdata/nodes/*.yaml")
+		for _, f := range files {
+			if nodesErr != nil {
+				return
+			}
+			var n *fakenode.Node
+			if n, nodesErr = fakenode.Load(f); nodesErr != nil {
+				return
+			}
+			var inv *discovery.Inventory
+			if inv, nodesErr = discovery.Discover(n.NVML()); nodesErr == nil {
+				nodes = append(nodes, rules.CheckNode{Name: "test node " + f, Inventory: inv})
+			}
+		}
+	})
 	if nodesErr != nil {
 		t.Fatal(nodesErr)
 	}
@@ -87,7 +106,11 @@ func publish(t *testing.T, rs *rules.RuleSet, inv *discovery.Inventory, labels m
 		if leftOut[id] {
 			return
 		}
-		attrs, caps := draattr.Device(inv, g, m)
+		schema, err := draattr.For(rs.DRACompatibility())
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs, caps := schema.Device(inv, g, m)
 		name := resourceOf[id]
 		if name != "" {
 			attrs[draattr.AttrResource] = resourceapi.DeviceAttribute{StringValue: &name}
@@ -110,80 +133,97 @@ func publish(t *testing.T, rs *rules.RuleSet, inv *discovery.Inventory, labels m
 func TestClassesSelectWhatThePlannerGives(t *testing.T) {
 	nodes := catalogNodes(t)
 	compiler := dracel.GetCompiler(dracel.Features{EnableConsumableCapacity: true})
-	ctx := context.Background()
 	for _, file := range ruleFiles(t) {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			t.Parallel()
-			rs, err := rules.Load(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := draclass.Compile(rs, nodes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.Classes) == 0 {
-				t.Fatal("no classes")
-			}
-			progs := make([]dracel.CompilationResult, len(res.Classes))
-			for i, c := range res.Classes {
-				progs[i] = compiler.CompileCELExpression(c.Selector, dracel.Options{})
-				if progs[i].Error != nil {
-					t.Fatalf("class %s: %v\n%s", c.Name, progs[i].Error, c.Selector)
+		for _, compat := range []draattr.Compatibility{draattr.Own, draattr.NVIDIA} {
+			t.Run(filepath.Base(file)+"/"+string(compat), func(t *testing.T) {
+				t.Parallel()
+				checkClassesSelect(t, file, compat, nodes, compiler)
+			})
+		}
+	}
+}
+
+// checkClassesSelect is TestClassesSelectWhatThePlannerGives for one file
+// under one naming.
+func checkClassesSelect(t *testing.T, file string, compat draattr.Compatibility, nodes []rules.CheckNode, compiler celCompiler) {
+	ctx := context.Background()
+	rs, err := rules.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs = rs.WithDRACompatibility(compat)
+	res, err := draclass.Compile(rs, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Classes) == 0 {
+		t.Fatal("no classes")
+	}
+	progs := make([]dracel.CompilationResult, len(res.Classes))
+	for i, c := range res.Classes {
+		progs[i] = compiler.CompileCELExpression(c.Selector, dracel.Options{})
+		if progs[i].Error != nil {
+			t.Fatalf("class %s: %v\n%s", c.Name, progs[i].Error, c.Selector)
+		}
+		if progs[i].MaxCost > resourceapi.CELSelectorExpressionMaxCost {
+			t.Errorf("class %s: estimated cost %d, over %d", c.Name, progs[i].MaxCost, resourceapi.CELSelectorExpressionMaxCost)
+		}
+	}
+	labelSets := nodeLabels[:1]
+	for _, v := range rs.Views() {
+		if v.NodeSelector != "" {
+			labelSets = nodeLabels
+		}
+	}
+	checked := map[string]int{} // devices checked per class
+	seen := map[string]bool{}   // devices checked, by what the classes read
+	for _, n := range nodes {
+		for _, labels := range labelSets {
+			for _, d := range publish(t, rs, n.Inventory, labels) {
+				if k := deviceKey(t, d); seen[k] {
+					continue
+				} else {
+					seen[k] = true
 				}
-				if progs[i].MaxCost > resourceapi.CELSelectorExpressionMaxCost {
-					t.Errorf("class %s: estimated cost %d, over %d", c.Name, progs[i].MaxCost, resourceapi.CELSelectorExpressionMaxCost)
-				}
-			}
-			labelSets := nodeLabels[:1]
-			for _, v := range rs.Views() {
-				if v.NodeSelector != "" {
-					labelSets = nodeLabels
-				}
-			}
-			checked := map[string]int{} // devices checked per class
-			seen := map[string]bool{}   // devices checked, by what the classes read
-			for _, n := range nodes {
-				for _, labels := range labelSets {
-					for _, d := range publish(t, rs, n.Inventory, labels) {
-						if k := deviceKey(t, d); seen[k] {
-							continue
-						} else {
-							seen[k] = true
-						}
-						for i, c := range res.Classes {
-							if d.resource == "" && c.Fallback != "" {
-								continue // no resource attribute: the sink never publishes it
-							}
-							got, _, err := progs[i].DeviceMatches(ctx, d.dev)
-							if err != nil {
-								t.Fatalf("%s: class %s on %s: %v", n.Name, c.Name, d.id, err)
-							}
-							if want := d.resource == c.Resource; got != want {
-								t.Errorf("%s: class %s selects %s (%s): %v, want %v (the planner gives it %q)\n%s",
-									n.Name, c.Name, d.id, deviceSummary(d.dev), got, want, d.resource, c.Selector)
-							}
-							if got {
-								checked[c.Name]++
-							}
-						}
+				for i, c := range res.Classes {
+					if d.resource == "" && c.Fallback != "" {
+						continue // no resource attribute: the sink never publishes it
+					}
+					if c.NVIDIA {
+						continue // NVIDIA's classes: TestNVIDIAClasses
+					}
+					got, _, err := progs[i].DeviceMatches(ctx, d.dev)
+					if err != nil {
+						t.Fatalf("%s: class %s on %s: %v", n.Name, c.Name, d.id, err)
+					}
+					if want := d.resource == c.Resource; got != want {
+						t.Errorf("%s: class %s selects %s (%s): %v, want %v (the planner gives it %q)\n%s",
+							n.Name, c.Name, d.id, deviceSummary(d.dev), got, want, d.resource, c.Selector)
+					}
+					if got {
+						checked[c.Name]++
 					}
 				}
 			}
-			// Every class selects something on the catalog, or the test
-			// proves little.
-			for _, c := range res.Classes {
-				if checked[c.Name] == 0 {
-					t.Errorf("class %s selects no catalog device", c.Name)
-				}
-			}
-		})
+		}
 	}
+	// Every class selects something on the catalog, or the test
+	// proves little.
+	for _, c := range res.Classes {
+		if checked[c.Name] == 0 && !c.NVIDIA {
+			t.Errorf("class %s selects no catalog device", c.Name)
+		}
+	}
+}
+
+// celCompiler is the upstream DRA CEL compiler, as the scheduler uses it.
+type celCompiler interface {
+	CompileCELExpression(expression string, options dracel.Options) dracel.CompilationResult
 }
 
 func deviceSummary(d dracel.Device) string {
 	var parts []string
-	for _, k := range []resourceapi.QualifiedName{"type", "product", "profile", "parentProduct"} {
+	for _, k := range []resourceapi.QualifiedName{"type", "product", "profile", "parentProduct", "gpu.nvidia.com/type", "gpu.nvidia.com/productName", "gpu.nvidia.com/profile"} {
 		if a, ok := d.Attributes[k]; ok && a.StringValue != nil {
 			parts = append(parts, string(k)+"="+*a.StringValue)
 		}
@@ -198,7 +238,8 @@ func deviceSummary(d dracel.Device) string {
 func deviceKey(t *testing.T, d sliceDevice) string {
 	t.Helper()
 	attrs := maps.Clone(d.dev.Attributes)
-	for _, k := range []resourceapi.QualifiedName{"uuid", "parentUuid", "pciBus", "minor"} {
+	for _, k := range []resourceapi.QualifiedName{"uuid", "parentUuid", "minor", "gpu.nvidia.com/uuid", "gpu.nvidia.com/parentUUID",
+		draattr.AttrPCIBusID, draattr.AttrPCIeRoot} {
 		delete(attrs, k)
 	}
 	b, err := json.Marshal(struct {

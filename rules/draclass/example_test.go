@@ -35,8 +35,8 @@ rules:
 		fmt.Printf("%s (%s):\n  %s\n", c.Name, *c.Object.Spec.ExtendedResourceName, c.Selector)
 	}
 	// Output:
-	// big-gpu.example.com (example.com/big-gpu):
+	// big-gpu.example.com.featureplug.io (example.com/big-gpu):
 	//   device.driver == "gpu.featureplug.io" && device.attributes["gpu.featureplug.io"].type == "gpu" && !device.attributes["gpu.featureplug.io"].migEnabled && device.capacity["gpu.featureplug.io"].memory.compareTo(quantity("70000Mi")) > 0
-	// gpu.example.com (example.com/gpu):
+	// gpu.example.com.featureplug.io (example.com/gpu):
 	//   device.driver == "gpu.featureplug.io" && device.attributes["gpu.featureplug.io"].type == "gpu" && !device.attributes["gpu.featureplug.io"].migEnabled && !(device.capacity["gpu.featureplug.io"].memory.compareTo(quantity("70000Mi")) > 0)
 }

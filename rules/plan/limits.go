@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Caps on what one plan may advertise. rules.Parse enforces MaxReplicas on
@@ -114,7 +115,8 @@ func ValidatePlan(p *Plan) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := CheckNodeCap(p.Resources); err != nil {
+	errs = append(errs, validateVFIO(p)...) // vfio.go
+	if err := CheckNodeCap(append(slices.Clip(p.Resources), p.VFIO...)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -24,6 +24,9 @@ const (
 	DeviceGPU DeviceKind = "gpu"
 	// DeviceMIG is a MIG device.
 	DeviceMIG DeviceKind = "mig"
+	// DeviceVFIO is a GPU bound to vfio-pci, passed through whole to a
+	// virtual machine (vfio.go).
+	DeviceVFIO DeviceKind = "vfio"
 )
 
 // Plan is what the rules decided for one Inventory: the resources to serve
@@ -32,16 +35,22 @@ const (
 type Plan struct {
 	// Resources are ordered by name.
 	Resources []Resource `json:"resources"`
+	// VFIO are the resources of GPUs passed through to virtual machines
+	// (devices: vfio), ordered by name. They are kept apart from Resources
+	// so that what serves containers (Allocate's environment, CDI, MPS,
+	// DRA's container edits) never sees them; what serves VFIO reads them
+	// here (vfio.go). A resource name is in one of the two lists only.
+	VFIO []Resource `json:"vfio,omitempty"`
 	// Decisions explain every device of the Inventory, in inventory order
-	// (GPU, then its MIG devices).
+	// (GPU, then its MIG devices; the VFIO devices last).
 	Decisions []Decision `json:"decisions"`
 	// Links is the GPU link matrix of the Inventory, indexed by GPU index,
 	// for topology-aware allocation.
 	Links discovery.LinkMatrix `json:"links,omitempty"`
 	// Problems are the devices a rule claimed but that could not be
-	// advertised (its template failed or gave an invalid resource name), in
-	// inventory order. They are left out of Resources; the rest of the
-	// plan serves.
+	// advertised (its template failed or gave an invalid resource name, or
+	// a VFIO device's IOMMU group cannot be passed through), in inventory
+	// order. They are left out of Resources; the rest of the plan serves.
 	Problems []Problem `json:"problems,omitempty"`
 	// MIGStrategy is NVIDIA's MIG strategy the rules amount to (MIGStrategy
 	// constants; "" when unknown): publishers label it as
@@ -71,6 +80,15 @@ type Plan struct {
 	// HealthSource names the entry Health comes from, e.g.
 	// `health[1] "inference"`.
 	HealthSource string `json:"healthSource,omitempty"`
+	// DRACompatibility is the naming the DRA sink publishes devices
+	// under: "" for featureplug's own, "nvidia" for NVIDIA's DRA driver's
+	// as well (the rules file's dra.compatibility; a
+	// discovery/draattr.Compatibility).
+	DRACompatibility string `json:"draCompatibility,omitempty"`
+	// DynamicMIG are the GPUs the rules partition on demand, in GPU index
+	// order (migdynamic.go). Their resources are in Resources with Dynamic
+	// set.
+	DynamicMIG []DynamicGPU `json:"dynamicMIG,omitempty"`
 }
 
 // NVIDIA's MIG strategies, the values of Plan.MIGStrategy.
@@ -115,6 +133,11 @@ type Resource struct {
 	Held string `json:"held,omitempty"`
 	// Devices are ordered by GPU index, then MIG index.
 	Devices []Device `json:"devices"`
+	// Dynamic is set on a resource of dynamically partitioned GPUs
+	// (Plan.DynamicMIG): its devices are placements created on demand,
+	// published as partitionable devices, so Devices holds none of them.
+	// It is served through DRA (Serve is ServeDRA).
+	Dynamic bool `json:"dynamic,omitempty"`
 }
 
 // Device is one physical or MIG device claimed by a resource.
@@ -138,16 +161,19 @@ type Device struct {
 	MemoryMiB uint64 `json:"memoryMiB"`
 	// Rule is the name of the rule that claimed the device.
 	Rule string `json:"rule"`
+	// VFIO is what serving a VFIO device needs (Kind vfio only).
+	VFIO *VFIODevice `json:"vfio,omitempty"`
 }
 
 // Decision explains what happened to one device.
 type Decision struct {
-	// Device is the device ID (GPU or MIG UUID).
+	// Device is the device ID (GPU or MIG UUID; a VFIO device's PCI
+	// address).
 	Device string `json:"device"`
-	// Kind is gpu or mig.
+	// Kind is gpu, mig or vfio.
 	Kind DeviceKind `json:"kind"`
-	// Description is a short human name, e.g. "GPU 0 NVIDIA A100-SXM4-40GB"
-	// or "GPU 0 MIG 1 (3g.20gb)".
+	// Description is a short human name, e.g. "GPU 0 NVIDIA A100-SXM4-40GB",
+	// "GPU 0 MIG 1 (3g.20gb)" or "VFIO NVIDIA L40S".
 	Description string `json:"description"`
 	// Resource is the resource the device went to, empty when none.
 	Resource string `json:"resource,omitempty"`
@@ -164,6 +190,10 @@ type Decision struct {
 	// Problem says why the claiming rule could not advertise the device
 	// (see Plan.Problems); Resource is then empty.
 	Problem string `json:"problem,omitempty"`
+	// Dynamic is set when the device's GPU is partitioned on demand
+	// (Plan.DynamicMIG): for the GPU, Resource is empty; for one of its
+	// MIG devices, Resource is its profile's resource.
+	Dynamic bool `json:"dynamic,omitempty"`
 }
 
 // RuleMiss is why one rule did not claim a device.
@@ -192,7 +222,7 @@ func (p *Plan) Resource(name string) (*Resource, bool) {
 // plan that advertises a device, a ServeNothing plan, and a node without
 // devices.
 func (p *Plan) CheckServes() error {
-	if p == nil || p.ServeNothing || len(p.Decisions) == 0 {
+	if p == nil || p.ServeNothing || len(p.Decisions) == 0 || len(p.DynamicMIG) > 0 {
 		return nil
 	}
 	if p.advertises() {

@@ -51,10 +51,12 @@ func (r *Resource) ServedBy(def Serve) Serve {
 	return def
 }
 
-// ServedThrough returns the part of p served through api: p without the
-// other API's resources, or p itself when it has none (nil for nil).
-func (p *Plan) ServedThrough(api Serve) *Plan {
-	return p.filter(func(r *Resource) bool { return r.Serve == api })
+// ServedThrough returns the part of p served through api, given the
+// agent's default def for resources whose rules did not choose (none left
+// in a plan WithServeDefault made): p without the other API's resources,
+// or p itself when it has none (nil for nil).
+func (p *Plan) ServedThrough(api, def Serve) *Plan {
+	return p.filter(func(r *Resource) bool { return r.ServedBy(def) == api })
 }
 
 // Serving returns the part of p that api serves now: its resources of
@@ -120,14 +122,20 @@ func DrainsNode(last, next *Plan) bool {
 	return last.advertises() && next != nil && next.CheckServes() != nil
 }
 
-// advertises reports whether p gives a resource at least one device.
+// advertises reports whether p gives a resource at least one device: a
+// GPU or MIG device, a VFIO device, or GPUs partitioned on demand.
 func (p *Plan) advertises() bool {
 	if p == nil {
 		return false
 	}
-	for i := range p.Resources {
-		if len(p.Resources[i].Devices) > 0 {
-			return true
+	if len(p.DynamicMIG) > 0 {
+		return true
+	}
+	for _, list := range [][]Resource{p.Resources, p.VFIO} {
+		for i := range list {
+			if len(list[i].Devices) > 0 {
+				return true
+			}
 		}
 	}
 	return false

@@ -32,7 +32,7 @@ func TestServedThrough(t *testing.T) {
 		{ServeDRA, ServeDRA, []string{"example.com/a", "example.com/b"}},
 		{ServeDevicePlugin, ServeDRA, []string{"example.com/c"}},
 	} {
-		if got := names(p.WithServeDefault(tt.def).ServedThrough(tt.api)); !slices.Equal(got, tt.want) {
+		if got := names(p.ServedThrough(tt.api, tt.def)); !slices.Equal(got, tt.want) {
 			t.Errorf("ServedThrough(%s), default %s = %v, want %v", tt.api, tt.def, got, tt.want)
 		}
 	}
@@ -40,10 +40,10 @@ func TestServedThrough(t *testing.T) {
 		t.Fatalf("WithServeDefault or ServedThrough changed the plan: %+v", p.Resources)
 	}
 	all := &Plan{Resources: []Resource{{Name: "example.com/a", Serve: ServeDRA}}}
-	if all.ServedThrough(ServeDRA) != all || all.WithServeDefault(ServeDevicePlugin) != all {
+	if all.ServedThrough(ServeDRA, "") != all || all.WithServeDefault(ServeDevicePlugin) != all {
 		t.Error("a plan wholly served through DRA is not its own DRA part")
 	}
-	if (*Plan)(nil).ServedThrough(ServeDRA) != nil || (*Plan)(nil).WithServeDefault(ServeDRA) != nil {
+	if (*Plan)(nil).ServedThrough(ServeDRA, "") != nil || (*Plan)(nil).WithServeDefault(ServeDRA) != nil {
 		t.Error("nil plan gave a part")
 	}
 }
@@ -66,7 +66,7 @@ func TestWithHeld(t *testing.T) {
 	if got := names(held.Serving(ServeDevicePlugin)); !slices.Equal(got, []string{"example.com/gpu"}) {
 		t.Errorf("Serving = %v, want the resource not held", got)
 	}
-	if got := names(held.ServedThrough(ServeDevicePlugin)); len(got) != 2 {
+	if got := names(held.ServedThrough(ServeDevicePlugin, "")); len(got) != 2 {
 		t.Errorf("ServedThrough = %v, want both (held or not)", got)
 	}
 	if held.WithHeld(map[string]string{"example.com/mps": "daemon starting"}) != held {

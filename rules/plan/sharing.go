@@ -197,6 +197,9 @@ func (spec *SharingSpec) Compile(fld *field.Path, kind DeviceKind) (Sharing, fie
 	case st.WholeGPUOnly && kind == DeviceMIG:
 		errs = append(errs, field.Invalid(fld.Child("strategy"), strategy,
 			fmt.Sprintf("%s is only for devices: gpu (a MIG device is already a partition)", strategy)))
+	case st.Shares && kind == DeviceVFIO:
+		errs = append(errs, field.Invalid(fld.Child("strategy"), strategy,
+			"devices: vfio cannot be shared: a GPU passed through to a virtual machine belongs to that VM alone; remove sharing"))
 	}
 	out.Strategy = strategy
 	switch f := spec.FailRequestsGreaterThanOne; {

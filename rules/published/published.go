@@ -12,6 +12,8 @@
 //     allocation. Inventory builds links that give the same counts, and
 //     Plan drops them from the plan it returns (Plan.Links stays nil).
 //   - GPUs NVML reported lost are not published; rules never see them.
+//   - Of a GPU bound to vfio-pci, the drivers of its IOMMU group's other
+//     devices are not published (vfio.go).
 //   - A published value this featureplug cannot read back, or an
 //     attribute it does not know (published by another version), is a Gap:
 //     the rebuilt inventory then differs from the node's and Gaps names the
@@ -49,7 +51,7 @@ type Node struct {
 }
 
 // Rebuild reads featureplug's features (nvidia.driver, nvidia.capabilities,
-// nvidia.gpu, nvidia.mig) back into an Inventory and checks the result by
+// nvidia.gpu, nvidia.mig, nvidia.vfio) back into an Inventory and checks the result by
 // converting it to features again (discovery.Features) and comparing with
 // f: every difference is a Gap. Features of other sources are ignored. It
 // fails when f holds none of featureplug's GPU features.
@@ -129,6 +131,11 @@ func rebuildWith(r *rebuilder, f *nfdv1alpha1.Features) (*Node, error) {
 			},
 		})
 	}
+	vfio := make([]nfdInstance, 0, len(f.Instances[discovery.FeatureVFIO].Elements))
+	for _, e := range f.Instances[discovery.FeatureVFIO].Elements {
+		vfio = append(vfio, e.Attributes)
+	}
+	rebuildVFIO(r, inv, vfio) // vfio.go
 	inv.Links = syntheticLinks(inv.GPUs, peers)
 	r.compare(f, discovery.Features(inv))
 	return &Node{Inventory: inv, Gaps: r.gaps}, nil
@@ -240,14 +247,18 @@ func (r *rebuilder) compare(published, rebuilt *nfdv1alpha1.Features) {
 			}
 		}
 	}
-	for _, name := range []string{discovery.FeatureGPU, discovery.FeatureMIG} {
+	for _, name := range []string{discovery.FeatureGPU, discovery.FeatureMIG, discovery.FeatureVFIO} {
 		p, b := published.Instances[name].Elements, rebuilt.Instances[name].Elements
 		if len(p) != len(b) {
 			r.gap("%s: %d instances published, %d rebuilt", name, len(p), len(b))
 			continue
 		}
 		for i := range p {
-			r.compareAttrs(name, fmt.Sprintf(" instance %d (%s)", i, p[i].Attributes[discovery.AttrUUID]), p[i].Attributes, b[i].Attributes)
+			id := p[i].Attributes[discovery.AttrUUID]
+			if name == discovery.FeatureVFIO {
+				id = p[i].Attributes[discovery.AttrPCIBus]
+			}
+			r.compareAttrs(name, fmt.Sprintf(" instance %d (%s)", i, id), p[i].Attributes, b[i].Attributes)
 		}
 	}
 }

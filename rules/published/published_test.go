@@ -131,13 +131,18 @@ func TestRebuildReadsEveryAttribute(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &rebuilder{read: map[string]bool{}}
+	mig, vfio := false, false
 	for _, n := range nodes {
-		if n.Inventory.MIGDeviceCount() > 0 {
+		if (!mig && n.Inventory.MIGDeviceCount() > 0) || (!vfio && len(n.Inventory.VFIO) > 0) {
 			if _, err := rebuildWith(r, discovery.Features(n.Inventory)); err != nil {
 				t.Fatal(err)
 			}
-			break
+			mig = mig || n.Inventory.MIGDeviceCount() > 0
+			vfio = vfio || len(n.Inventory.VFIO) > 0
 		}
+	}
+	if !mig || !vfio {
+		t.Fatal("the catalog lacks a node with MIG devices or one with VFIO devices")
 	}
 	for _, a := range discovery.Attributes() {
 		if a.Kind == discovery.KindFlags {

@@ -293,7 +293,7 @@ func TestRulesDiffGate(t *testing.T) {
 		if g := rep.group(t, "gate-dra"); g.Runs != "proposed" || len(g.Changes) != 0 {
 			t.Errorf("gate-dra runs the proposed rules: %s", explainJSON(g))
 		}
-		if len(rep.DeviceClasses) != 1 || rep.DeviceClasses[0].Op != "deviceclass-added" || rep.DeviceClasses[0].Class != "h100.example.com" {
+		if len(rep.DeviceClasses) != 1 || rep.DeviceClasses[0].Op != "deviceclass-added" || rep.DeviceClasses[0].Class != "h100.example.com.featureplug.io" {
 			t.Errorf("deviceClasses: %s", explainJSON(rep.DeviceClasses))
 		}
 		// With the DeviceClasses applied, pods asking for

@@ -134,8 +134,17 @@ func draSliceValid(t *testing.T, api *harness.APIServer) {
 			}
 			continue
 		}
-		if multi || len(d.Capacity) != 1 {
+		// Unshared: memory (and a MIG device's multiprocessors and
+		// engine counts) as plain capacities, no shares.
+		_, shares := d.Capacity["shares"]
+		_, memory := d.Capacity["memory"]
+		if multi || shares || !memory {
 			t.Errorf("%s (%s): unshared device with allowMultipleAllocations %v, capacity %+v", d.Name, res, d.AllowMultipleAllocations, d.Capacity)
+		}
+		for name, c := range d.Capacity {
+			if c.RequestPolicy != nil {
+				t.Errorf("%s (%s): capacity %s of an unshared device has a request policy %+v", d.Name, res, name, c.RequestPolicy)
+			}
 		}
 	}
 	if shared == 0 {

@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// TestFault22ReloadThatDrainsRefused: a hot reload of rules that serve no
+// TestFault23ReloadThatDrainsRefused: a hot reload of rules that serve no
 // resource on this node (none of their rules match it, or none are left:
 // what a truncated ConfigMap looks like) is refused, and the last good
 // plan keeps serving.
-func TestFault22ReloadThatDrainsRefused(t *testing.T) {
+func TestFault23ReloadThatDrainsRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs featureplug")
 	}
@@ -54,11 +54,11 @@ func TestFault22ReloadThatDrainsRefused(t *testing.T) {
 	}
 }
 
-// TestFault23MPSWithoutControlBinary: a hot reload that shares GPUs 0-3
+// TestFault24MPSWithoutControlBinary: a hot reload that shares GPUs 0-3
 // with MPS on a node without nvidia-cuda-mps-control holds that resource
 // back alone: the resource beside it keeps serving its GPUs, and the MPS
 // resource is reported unavailable.
-func TestFault23MPSWithoutControlBinary(t *testing.T) {
+func TestFault24MPSWithoutControlBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs featureplug")
 	}

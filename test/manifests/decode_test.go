@@ -33,7 +33,7 @@ func TestEveryManifestDecodes(t *testing.T) {
 			"DaemonSet", "Kustomization", "ResourceRules"),
 		"overlays":   sets.New("Kustomization"),
 		"components": sets.New("Component"),
-		"examples":   sets.New("ResourceRules", "NodeFeatureRule"),
+		"examples":   sets.New("ResourceRules", "NodeFeatureRule", "ResourceClaimTemplate", "DeviceClass"),
 	}
 	seen := 0
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {

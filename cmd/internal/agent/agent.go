@@ -306,8 +306,17 @@ func (a *Agent) setInventory(inv *discovery.Inventory) {
 }
 
 func (a *Agent) discover() (*discovery.Inventory, nvml.Interface, error) {
+	return a.discoverFor(a.ruleSet)
+}
+
+// discoverFor reads the GPUs as the rule set rs needs them: with the MIG
+// geometry when it asks for it (miggeometry.go).
+func (a *Agent) discoverFor(rs RuleSet) (*discovery.Inventory, nvml.Interface, error) {
 	start := time.Now()
 	inv, lib, err := a.cfg.Source.Discover()
+	if err == nil && needsMIGGeometry(rs) {
+		err = discovery.ReadMIGGeometry(lib, inv)
+	}
 	a.metrics.discoveryDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		a.metrics.discoveries.WithLabelValues("error").Inc()
@@ -406,18 +415,6 @@ func (a *Agent) restartHealthWatcher(ctx context.Context, wg *sync.WaitGroup) {
 func withLogger(o discovery.HealthOptions, log *slog.Logger) discovery.HealthOptions {
 	o.Logger = log
 	return o
-}
-
-func resourceSummary(p *plan.Plan) map[string]int {
-	out := make(map[string]int, len(p.Resources))
-	for _, r := range p.Resources {
-		n := len(r.Devices)
-		if r.Sharing.Replicas > 1 {
-			n *= r.Sharing.Replicas
-		}
-		out[r.Name] = n
-	}
-	return out
 }
 
 // listen binds the metrics address now, so a taken port fails Run at once,

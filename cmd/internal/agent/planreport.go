@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,7 +31,7 @@ const (
 // devices changes, and the gauge featureplug_plan_device_errors.
 type planReport struct {
 	gauge prometheus.Gauge
-	// last is the set of problems last reported, as problemsKey gives it.
+	// last is the set of problems last reported, as plan.ProblemsKey gives it.
 	last string
 }
 
@@ -55,23 +54,23 @@ func (a *Agent) planReporter() *planReport {
 
 // reportPlanProblems reports the problems of the plan now served, once per
 // change.
-func (a *Agent) reportPlanProblems(plan *plan.Plan) {
+func (a *Agent) reportPlanProblems(p *plan.Plan) {
 	r := a.planReporter()
-	r.gauge.Set(float64(len(plan.Problems)))
-	key := problemsKey(plan.Problems)
+	r.gauge.Set(float64(len(p.Problems)))
+	key := plan.ProblemsKey(p.Problems)
 	if key == r.last {
 		return
 	}
 	r.last = key
-	if len(plan.Problems) == 0 {
+	if len(p.Problems) == 0 {
 		a.log.Info("every device the rules claim is served again", "rules", a.cfg.Rules)
 		return
 	}
-	summary := problemsSummary(plan.Problems)
+	summary := plan.ProblemsSummary(p.Problems, maxProblemsLogged)
 	a.log.Warn("devices left out of the plan because of their rules; the rest is served",
-		"rules", a.cfg.Rules, "devices", len(plan.Problems), "problems", summary)
+		"rules", a.cfg.Rules, "devices", len(p.Problems), "problems", summary)
 	a.warnEvent(reasonDeviceRuleError, fmt.Sprintf("rules %s: %d devices left out, the rest is served: %s",
-		a.cfg.Rules, len(plan.Problems), summary))
+		a.cfg.Rules, len(p.Problems), summary))
 }
 
 // takeRules makes rs the current rules when it can plan on this node, and
@@ -92,7 +91,7 @@ func (a *Agent) takeRules(rs RuleSet) bool {
 	}
 	p, err := a.planFor(rs)
 	if err == nil && len(p.Resources) == 0 && len(p.Problems) > 0 {
-		err = fmt.Errorf("no device could be planned: every device the rules claim is left out: %s", problemsSummary(p.Problems))
+		err = fmt.Errorf("no device could be planned: every device the rules claim is left out: %s", plan.ProblemsSummary(p.Problems, maxProblemsLogged))
 	}
 	if err == nil {
 		err = a.check(a.gate(p))
@@ -127,28 +126,6 @@ func (a *Agent) refuseDrain(rs RuleSet) {
 	a.metrics.ruleErrors.Inc()
 	msg := fmt.Sprintf("rules %s would serve no resource on this node, where %s serves %d; refused (a file that means it says so explicitly), serving the last good plan",
 		rs.Source(), a.cfg.NodeName, len(a.plan.Resources))
-	a.log.Error(msg, "rules", a.cfg.Rules, "resources", resourceSummary(a.plan))
+	a.log.Error(msg, "rules", a.cfg.Rules, "resources", a.plan.Capacity())
 	a.warnEvent(reasonRulesDrainRefused, msg)
-}
-
-// problemsKey identifies a set of problems, to report each set once.
-func problemsKey(ps []plan.Problem) string {
-	var b strings.Builder
-	for _, p := range ps {
-		b.WriteString(p.Device + "\x00" + p.Message + "\x00")
-	}
-	return b.String()
-}
-
-// problemsSummary lists the first few problems, one per device.
-func problemsSummary(ps []plan.Problem) string {
-	parts := make([]string, 0, min(len(ps), maxProblemsLogged)+1)
-	for i, p := range ps {
-		if i == maxProblemsLogged {
-			parts = append(parts, fmt.Sprintf("and %d more", len(ps)-i))
-			break
-		}
-		parts = append(parts, p.String())
-	}
-	return strings.Join(parts, "; ")
 }

@@ -124,6 +124,7 @@ func (a *Agent) acceptRules(rs RuleSet, err error) bool {
 	for _, w := range rs.Warnings() {
 		a.log.Warn("rules warning", "rules", rs.Source(), "warning", w)
 	}
+	a.withMIGGeometryFor(rs) // miggeometry.go
 	// Rules that cannot plan on this node (or serve none of the devices
 	// they claim, or that a sink refuses) must not replace the last good:
 	// see planreport.go.
@@ -195,7 +196,7 @@ func (a *Agent) replan(ctx context.Context, why string) {
 	}
 	a.plan = p
 	a.planServed(p) // annotation digest and ResourcesChanged Event: explain.go
-	a.log.Info("plan applied", "trigger", why, "resources", resourceSummary(p))
+	a.log.Info("plan applied", "trigger", why, "resources", p.Capacity())
 	a.reportPlanProblems(p) // devices left out by their rule: planreport.go
 }
 
@@ -221,19 +222,8 @@ func (a *Agent) regate(ctx context.Context) {
 		return
 	}
 	if a.served != before {
-		a.log.Info("served resources updated", "trigger", "a readiness gate", "held", heldOf(a.served))
+		a.log.Info("served resources updated", "trigger", "a readiness gate", "held", a.served.Held())
 	}
-}
-
-// heldOf lists the resources p holds back, with why.
-func heldOf(p *plan.Plan) map[string]string {
-	out := map[string]string{}
-	for _, r := range p.Resources {
-		if r.Held != "" {
-			out[r.Name] = r.Held
-		}
-	}
-	return out
 }
 
 // refreshNodeLabels takes the Node's labels for the rules' node selectors
