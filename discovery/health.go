@@ -99,13 +99,14 @@ type HealthEvent struct {
 }
 
 // HealthEventKinds lists every HealthEventKind discovery sends, for
-// consumers that bound label values (metrics) or document them.
+// consumers that bound label values (metrics) or document them: the kinds
+// of the table of default effects (healthpolicy.go), in its order.
 func HealthEventKinds() []HealthEventKind {
-	return []HealthEventKind{
-		EventXID, EventECCDoubleBit, EventGPULost,
-		EventRetiredPagesPending, EventRowRemapPending, EventRowRemapFailure, EventECCVolatileDoubleBit,
-		EventRecoveryAction, EventNVLinkDown, EventNVLinkErrors, EventPageRetirementFailure, EventResetCleared,
+	out := make([]HealthEventKind, len(eventKindEffects))
+	for i, ke := range eventKindEffects {
+		out[i] = ke.kind
 	}
+	return out
 }
 
 // LinkSet is a set of NVLink numbers (0 to nvml.NVLINK_MAX_LINKS-1), one

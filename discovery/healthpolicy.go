@@ -103,8 +103,9 @@ type kindEffect struct {
 	why    string
 }
 
-// eventKindEffects are the default effects of the health event kinds, in
-// HealthEventKinds order.
+// eventKindEffects are the default effects of the health event kinds; its
+// rows are HealthEventKinds, in order, so that a new kind is a constant in
+// health.go and a row here.
 var eventKindEffects = [...]kindEffect{
 	{EventXID, "", "by the XID catalog"},
 	{EventECCDoubleBit, EffectUntilReset, "an uncorrectable ECC error (XID 48's resolution): a GPU reset clears it"},

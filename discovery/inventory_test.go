@@ -23,7 +23,7 @@ func TestFamilyOf(t *testing.T) {
 	}{
 		{7, 0, "volta"}, {7, 5, "turing"}, {8, 0, "ampere"}, {8, 6, "ampere"},
 		{8, 9, "ada-lovelace"}, {9, 0, "hopper"}, {10, 0, "blackwell"}, {12, 0, "blackwell"},
-		// Compute capability 13 is Rubin (issue 15).
+		// Compute capability 13 is Rubin.
 		{13, 0, "rubin"}, {42, 0, "undefined"},
 	}
 	for _, tt := range tests {

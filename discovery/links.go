@@ -11,8 +11,8 @@ import (
 
 // The link matrix is the most NVML-hungry part of discovery: an H100 has 18
 // NVLinks and an 8-GPU node 28 GPU pairs. It is read with as few calls as
-// the answers allow (issue 14.3; budget: NVIDIA's device plugin makes 158
-// NVML calls to start on an 8x H100 node):
+// the answers allow (the budget: NVIDIA's device plugin makes 158 NVML
+// calls to start on an 8x H100 node):
 //
 //   - the states of all of a GPU's links in one GetFieldValues call
 //     (FI_DEV_NVLINK_GET_STATE, one value per link, non-zero when active;

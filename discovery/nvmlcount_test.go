@@ -17,7 +17,7 @@ import (
 )
 
 // nvmlCallBudget is the most NVML calls discovery may make on an 8-GPU
-// node: what NVIDIA's device plugin makes to start on 8x H100 (issue 14.3).
+// node: what NVIDIA's device plugin makes to start on 8x H100.
 const nvmlCallBudget = 158
 
 // nvmlCounter counts NVML calls by method name.
@@ -138,8 +138,8 @@ func (c *nvmlCounter) fill(m, target any, prefix string) {
 
 // TestDiscoveryNVMLCallBudget counts the NVML calls of one discovery of
 // an 8x H100 node (NVSwitch, 18 NVLinks per GPU) and fails above NVIDIA's
-// figure. Before issue 14.3 discovery made 605 calls on NVIDIA's fake
-// library: every link's state, remote PCI info and remote type.
+// figure. Reading every link's state, remote PCI info and remote type one
+// call at a time takes 605 calls on NVIDIA's fake library.
 func TestDiscoveryNVMLCallBudget(t *testing.T) {
 	for _, tt := range []struct {
 		node     string

@@ -1,6 +1,6 @@
 package discovery
 
-// NVML error paths (issue 14.5), tested with go-nvml's generated mock: a
+// NVML error paths, tested with go-nvml's generated mock: a
 // healthy 4-GPU node (mockNode) whose calls a test breaks one at a time.
 // Internal tests: they also check initError, which needs no driver.
 

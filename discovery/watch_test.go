@@ -126,7 +126,7 @@ func receive(t *testing.T, events <-chan discovery.HealthEvent) discovery.Health
 }
 
 // TestHealthWatcherStartupEvidence: the evidence NVML keeps across
-// processes (issue 12 finding 5) makes GPUs unhealthy when the watcher
+// processes makes GPUs unhealthy when the watcher
 // starts, before any new event; healthy GPUs get no event.
 func TestHealthWatcherStartupEvidence(t *testing.T) {
 	node, inv := discoverNode(t, "testdata/evidence.yaml")

@@ -15,6 +15,11 @@
 //     retrying failures with capped exponential backoff, until its context
 //     ends.
 //
+// Sink is the agent's output over them: the content of each (inventory,
+// plan) to the publisher through a Loop, kept for /debug/content, with the
+// NodeFeature's annotations of what the agent serves (served.go: the
+// rules digest, the served resources, whether MPS daemons can start).
+//
 // See README.md in this directory for the label reference and the choices
 // made for heterogeneous nodes.
 package labeler

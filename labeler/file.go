@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/featureplug/featureplug/discovery/statedir"
 )
 
 // DefaultFeatureFile is where nfd-worker's local source reads featureplug's
@@ -172,42 +174,12 @@ func (p *FilePublisher) render(body []byte) []byte {
 	return b.Bytes()
 }
 
-// writeAtomic writes data to a dotfile next to path and renames it over
-// path, so readers see the old or the new content, never a partial file.
-func writeAtomic(path string, data []byte) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("feature file %s: create directory: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("feature file %s: create temporary file: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("feature file %s: write %s: %w", path, tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("feature file %s: chmod %s: %w", path, tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("feature file %s: sync %s: %w", path, tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("feature file %s: close %s: %w", path, tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("feature file %s: rename %s: %w", path, tmp.Name(), err)
+// writeAtomic writes data to a dotfile next to path (which nfd-worker
+// ignores) and renames it over path, so readers see the old or the new
+// content, never a partial file.
+func writeAtomic(path string, data []byte) error {
+	if err := statedir.WriteFile(path, data, 0o644, nil); err != nil {
+		return fmt.Errorf("feature file %s: %w", path, err)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/featureplug/featureplug/rules"
 )
 
-// GFD parity (issue 15): the labels of bundled fake nodes under rules
+// GFD parity: the labels of bundled fake nodes under rules
 // equivalent to an NVIDIA configuration, checked against expectations
 // written out by hand here, not regenerated. "GFD" below is NVIDIA's
 // gpu-feature-discovery v0.20 (github.com/NVIDIA/k8s-device-plugin); each
@@ -186,8 +186,8 @@ func TestGFDLabelParity(t *testing.T) {
 			want: with(gfdVersions570, gfdNode, gfdH100, gfdUnshared),
 		},
 		{
-			// The configured strategy, even without MIG devices (issue 15:
-			// GFD says mixed where featureplug said none).
+			// The configured strategy, even without MIG devices (GFD says
+			// mixed, not none).
 			name: "dgx-h100 mixed", node: "dgx-h100", rules: "mixed",
 			want: with(gfdVersions570, gfdNode, gfdH100, gfdUnshared, labelGroup{"nvidia.com/mig.strategy": "mixed"}),
 		},
@@ -293,7 +293,7 @@ func TestGPUModeLabel(t *testing.T) {
 
 // TestNotAdvertisedNoReplicas: whole GPUs no rule serves get no
 // gpu.replicas (nor gpu.sharing-strategy), rather than GFD's 0 for GPUs
-// in MIG mode (issue 15).
+// in MIG mode.
 func TestNotAdvertisedNoReplicas(t *testing.T) {
 	const migOnly = `apiVersion: featureplug.io/v1alpha1
 kind: ResourceRules

@@ -282,7 +282,7 @@ func (l *labelSet) nodeSharing(inv *discovery.Inventory, idx deviceIndex, model 
 			return
 		}
 	}
-	// Not advertised: no replicas label (issue 15).
+	// Not advertised: no replicas label.
 }
 
 // migProfiles adds the mixed strategy's nvidia.com/mig-<profile>.* labels

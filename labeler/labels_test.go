@@ -229,28 +229,6 @@ func TestMachineType(t *testing.T) {
 	}
 }
 
-func TestBackoffDelay(t *testing.T) {
-	tests := []struct {
-		b        Backoff
-		failures int
-		want     time.Duration
-	}{
-		{Backoff{}, 1, time.Second},
-		{Backoff{}, 2, 2 * time.Second},
-		{Backoff{}, 6, 32 * time.Second},
-		{Backoff{}, 7, time.Minute},
-		{Backoff{}, 1000, time.Minute},
-		{Backoff{Initial: 100 * time.Millisecond, Factor: 3, Max: time.Second}, 3, 900 * time.Millisecond},
-		{Backoff{Initial: 100 * time.Millisecond, Factor: 3, Max: time.Second}, 4, time.Second},
-		{Backoff{Initial: time.Hour}, 1, time.Minute},
-	}
-	for _, tt := range tests {
-		if got := tt.b.Delay(tt.failures); got != tt.want {
-			t.Errorf("%+v.Delay(%d) = %v, want %v", tt.b, tt.failures, got, tt.want)
-		}
-	}
-}
-
 func BenchmarkLabels(b *testing.B) {
 	inv := a100MixedMIG()
 	plan := mixedPlan(inv)

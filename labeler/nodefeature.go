@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -73,9 +74,9 @@ type NodeFeatureConfig struct {
 	Namespace string
 	// NFD is the NFD API client (see NFDClientOf).
 	NFD NFDClient
-	// Kube is the core API client, used to read the Node's UID for the
-	// owner reference.
-	Kube NodeGetter
+	// Node reads the Node, whose UID the owner reference names (the
+	// agent reads it from its Node watch's cache).
+	Node func(ctx context.Context) (*corev1.Node, error)
 	// Owners, when set, returns the NodeFeature's owner references
 	// instead of the Node: the agent's Pod and DaemonSet, as nfd-worker
 	// owns its NodeFeature, so that deleting the DaemonSet (uninstalling)
@@ -119,7 +120,7 @@ func (s WriteStats) Writes() uint64 { return s.Creates + s.Updates }
 type NodeFeaturePublisher struct {
 	node, namespace, name string
 	nfd                   NFDClient
-	kube                  NodeGetter
+	readNode              func(ctx context.Context) (*corev1.Node, error)
 	ownersFn              func(ctx context.Context) ([]metav1.OwnerReference, error)
 	log                   *slog.Logger
 
@@ -146,8 +147,8 @@ func NewNodeFeaturePublisher(cfg NodeFeatureConfig) (*NodeFeaturePublisher, erro
 	switch {
 	case cfg.NFD == nil:
 		return nil, errors.New("NodeFeature publisher: NFD client is nil")
-	case cfg.Kube == nil:
-		return nil, errors.New("NodeFeature publisher: Kubernetes client is nil")
+	case cfg.Node == nil:
+		return nil, errors.New("NodeFeature publisher: no reader of the Node (Kubernetes client)")
 	}
 	if errs := content.IsDNS1123Subdomain(cfg.NodeName); len(errs) > 0 {
 		return nil, fmt.Errorf("NodeFeature publisher: node name %q: %s", cfg.NodeName, strings.Join(errs, "; "))
@@ -169,7 +170,7 @@ func NewNodeFeaturePublisher(cfg NodeFeatureConfig) (*NodeFeaturePublisher, erro
 		namespace: cfg.Namespace,
 		name:      name,
 		nfd:       cfg.NFD,
-		kube:      cfg.Kube,
+		readNode:  cfg.Node,
 		ownersFn:  cfg.Owners,
 		log:       log.With("nodefeature", cfg.Namespace+"/"+name),
 	}, nil
@@ -555,7 +556,7 @@ func (p *NodeFeaturePublisher) ownerRef(ctx context.Context, refresh bool) ([]me
 			return nil, fmt.Errorf("owner references of NodeFeature %s/%s: %w", p.namespace, p.name, err)
 		}
 	}
-	node, err := p.kube.Get(ctx, p.node, metav1.GetOptions{})
+	node, err := p.readNode(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("get Node %q for the owner reference of NodeFeature %s/%s: %w", p.node, p.namespace, p.name, err)
 	}

@@ -160,7 +160,7 @@ func newNFHarness(t *testing.T, objects ...runtime.Object) *nfHarness {
 	}
 	serveApply(h.nfd)
 	serveMergePatch(h.nfd)
-	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube)})
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Node: nodesOf(h.kube, testNode)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +387,7 @@ func TestNodeFeatureRestartWritesNothing(t *testing.T) {
 	if err := h.pub.Publish(ctx, testContent()); err != nil {
 		t.Fatal(err)
 	}
-	again, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube)})
+	again, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Node: nodesOf(h.kube, testNode)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,7 +580,7 @@ func TestNodeFeatureCRDMissing(t *testing.T) {
 
 func TestNodeFeatureNodeMissing(t *testing.T) {
 	nfd := newNFDFake()
-	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: "ghost", Namespace: testNamespace, NFD: nfdOf(nfd), Kube: nodesOf(kubefake.NewClientset())})
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: "ghost", Namespace: testNamespace, NFD: nfdOf(nfd), Node: nodesOf(kubefake.NewClientset(), "ghost")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -631,11 +631,11 @@ func TestNewNodeFeaturePublisherErrors(t *testing.T) {
 		cfg  NodeFeatureConfig
 		want string
 	}{
-		{"no NFD client", NodeFeatureConfig{NodeName: "n", Namespace: "ns", Kube: nodesOf(kube)}, "NFD client"},
+		{"no NFD client", NodeFeatureConfig{NodeName: "n", Namespace: "ns", Node: nodesOf(kube, testNode)}, "NFD client"},
 		{"no kube client", NodeFeatureConfig{NodeName: "n", Namespace: "ns", NFD: nfdOf(nfd)}, "Kubernetes client"},
-		{"bad node name", NodeFeatureConfig{NodeName: "Node_1", Namespace: "ns", NFD: nfdOf(nfd), Kube: nodesOf(kube)}, `node name "Node_1"`},
-		{"node name too long for a label", NodeFeatureConfig{NodeName: strings.Repeat("a", 64), Namespace: "ns", NFD: nfdOf(nfd), Kube: nodesOf(kube)}, NodeNameLabel},
-		{"bad namespace", NodeFeatureConfig{NodeName: "n", Namespace: "", NFD: nfdOf(nfd), Kube: nodesOf(kube)}, `namespace ""`},
+		{"bad node name", NodeFeatureConfig{NodeName: "Node_1", Namespace: "ns", NFD: nfdOf(nfd), Node: nodesOf(kube, testNode)}, `node name "Node_1"`},
+		{"node name too long for a label", NodeFeatureConfig{NodeName: strings.Repeat("a", 64), Namespace: "ns", NFD: nfdOf(nfd), Node: nodesOf(kube, testNode)}, NodeNameLabel},
+		{"bad namespace", NodeFeatureConfig{NodeName: "n", Namespace: "", NFD: nfdOf(nfd), Node: nodesOf(kube, testNode)}, `namespace ""`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -652,7 +652,7 @@ func BenchmarkNodeFeaturePublishUnchanged(b *testing.B) {
 	serveApply(nfd)
 	serveMergePatch(nfd)
 	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: testNodeUID}})
-	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(nfd), Kube: nodesOf(kube)})
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(nfd), Node: nodesOf(kube, testNode)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -780,7 +780,7 @@ func TestNodeFeatureOwners(t *testing.T) {
 	}
 	h := newNFHarness(t)
 	calls := 0
-	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube),
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Node: nodesOf(h.kube, testNode),
 		Owners: func(context.Context) ([]metav1.OwnerReference, error) { calls++; return podAndDS, nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -803,7 +803,7 @@ func TestNodeFeatureOwners(t *testing.T) {
 		t.Errorf("unchanged content: %d writes, %d owner lookups; want none and 1 in all", h.writes()-writes, calls)
 	}
 	// Back to the Node (a fresh publisher, as after a restart with --owner node).
-	back, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube)})
+	back, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Node: nodesOf(h.kube, testNode)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -821,7 +821,7 @@ func TestNodeFeatureOwners(t *testing.T) {
 func TestNodeFeatureOwnersForbidden(t *testing.T) {
 	h := newNFHarness(t)
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "featureplug-abcde", errors.New("RBAC: get pods is not allowed"))
-	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube),
+	pub, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Node: nodesOf(h.kube, testNode),
 		Owners: func(context.Context) ([]metav1.OwnerReference, error) { return nil, forbidden }})
 	if err != nil {
 		t.Fatal(err)
@@ -834,7 +834,7 @@ func TestNodeFeatureOwnersForbidden(t *testing.T) {
 	}
 	// A transient failure is an error to retry, not a reason to change owners.
 	unavailable := apierrors.NewServiceUnavailable("apiserver restarting")
-	pub, err = NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Kube: nodesOf(h.kube),
+	pub, err = NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: testNode, Namespace: testNamespace, NFD: nfdOf(h.nfd), Node: nodesOf(h.kube, testNode),
 		Owners: func(context.Context) ([]metav1.OwnerReference, error) { return nil, unavailable }})
 	if err != nil {
 		t.Fatal(err)

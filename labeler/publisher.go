@@ -3,12 +3,16 @@ package labeler
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 
 	"github.com/featureplug/featureplug/discovery"
@@ -93,5 +97,74 @@ func Offer(ch chan Content, c Content) {
 		case <-ch:
 		default:
 		}
+	}
+}
+
+// PublishMode says where features and labels go.
+type PublishMode string
+
+// Publish modes.
+const (
+	PublishNodeFeature PublishMode = "nodefeature"
+	PublishFile        PublishMode = "file"
+	PublishStdout      PublishMode = "stdout"
+	PublishNone        PublishMode = "none"
+)
+
+// PublisherConfig says which publisher NewPublisher makes.
+type PublisherConfig struct {
+	// Mode is where the content goes.
+	Mode PublishMode
+	// NodeName and Namespace name the NodeFeature (PublishNodeFeature).
+	NodeName, Namespace string
+	// NFD, Node and Owners reach the API server (PublishNodeFeature; nil
+	// NFD: there is none); see NodeFeatureConfig.
+	NFD    NFDClient
+	Node   func(ctx context.Context) (*corev1.Node, error)
+	Owners func(ctx context.Context) ([]metav1.OwnerReference, error)
+	// FeaturesFile is the nfd-worker feature file (PublishFile).
+	FeaturesFile string
+	// Stdout takes the labels (PublishStdout).
+	Stdout io.Writer
+	// Logger receives the publisher's logs.
+	Logger *slog.Logger
+}
+
+// NewPublisher makes the publisher of c.Mode; PublishNone gives none (nil,
+// nil). A mode without what it needs is an error naming the flag.
+func NewPublisher(c PublisherConfig) (Publisher, error) {
+	switch c.Mode {
+	case PublishNodeFeature:
+		if c.NFD == nil {
+			return nil, errors.New("--publish nodefeature needs an API server (in-cluster or --kubeconfig)")
+		}
+		if c.Namespace == "" {
+			return nil, errors.New("--publish nodefeature: --namespace is empty (set it or POD_NAMESPACE)")
+		}
+		p, err := NewNodeFeaturePublisher(NodeFeatureConfig{NodeName: c.NodeName, Namespace: c.Namespace, NFD: c.NFD,
+			Node: c.Node, Owners: c.Owners, Logger: c.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	case PublishFile:
+		p, err := NewFilePublisher(FileConfig{Path: c.FeaturesFile, Logger: c.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	case PublishStdout:
+		if c.Stdout == nil {
+			return nil, errors.New("--publish stdout: no output")
+		}
+		p, err := NewWriterPublisher(c.Stdout, FormatLabels)
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	case PublishNone:
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("--publish: %q is not a mode (use nodefeature, file, stdout or none)", c.Mode)
 	}
 }

@@ -12,68 +12,17 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Defaults of Loop and Backoff.
+// Defaults of Loop.
 const (
-	DefaultBackoffInitial = time.Second
-	DefaultBackoffMax     = time.Minute
-	DefaultBackoffFactor  = 2.0
 	DefaultPublishTimeout = 30 * time.Second
 	// DefaultFailureLogInterval is how often a Loop that keeps failing
 	// logs one summary of its failures.
 	DefaultFailureLogInterval = 5 * time.Minute
 )
 
-// Backoff computes capped exponential retry delays with
-// k8s.io/apimachinery's wait.Backoff. Zero fields take the defaults (1s,
-// doubling, capped at 1 minute, no jitter).
-type Backoff struct {
-	// Initial is the delay after the first failure.
-	Initial time.Duration
-	// Factor multiplies the delay after each further failure (>= 1).
-	Factor float64
-	// Max caps the delay (before jitter).
-	Max time.Duration
-	// Jitter lengthens each delay by a random fraction of up to Jitter
-	// (wait.Jitter), so that agents failing together do not retry
-	// together; zero means none.
-	Jitter float64
-}
-
-// waitBackoff returns b as a wait.Backoff with the defaults filled in and
-// unlimited steps (the delay grows until it reaches Max).
-func (b Backoff) waitBackoff() wait.Backoff {
-	initial, factor, maxDelay := b.Initial, b.Factor, b.Max
-	if initial <= 0 {
-		initial = DefaultBackoffInitial
-	}
-	if factor < 1 {
-		factor = DefaultBackoffFactor
-	}
-	if maxDelay <= 0 {
-		maxDelay = DefaultBackoffMax
-	}
-	return wait.Backoff{Duration: min(initial, maxDelay), Factor: factor, Jitter: max(b.Jitter, 0), Steps: math.MaxInt32, Cap: maxDelay}
-}
-
-// Delay returns the delay before the next attempt after the given number of
-// consecutive failures (1 for the first), jittered when Jitter is set.
-func (b Backoff) Delay(failures int) time.Duration {
-	wb := b.waitBackoff()
-	d := wb.Step()
-	for i := 1; i < failures; i++ {
-		if wb.Steps == 0 {
-			// Capped: every further step is the cap.
-			d = wb.Step()
-			break
-		}
-		d = wb.Step()
-	}
-	return d
-}
-
-// capped returns the capped delay, used for failures that retrying soon cannot
-// fix (NFD's CRDs missing, a NodeFeature that is not ours).
-func (b Backoff) capped() time.Duration { return b.Delay(1 << 20) }
+// DefaultBackoff spaces a Loop's retries after failures: 1 s, doubling,
+// capped at 1 minute, no jitter.
+var DefaultBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Steps: math.MaxInt32, Cap: time.Minute}
 
 // Resyncer is implemented by publishers whose Publish sends nothing for
 // content they already wrote; the Loop calls Resync instead of Publish at
@@ -97,8 +46,10 @@ type Loop struct {
 	// to ResyncJitter (wait.Jitter), so that agents started together do
 	// not resync together; zero means none.
 	ResyncJitter float64
-	// Backoff spaces retries after failures.
-	Backoff Backoff
+	// Backoff spaces retries after failures (default DefaultBackoff).
+	// Failures that retrying soon cannot fix (NFD's CRDs missing, a
+	// NodeFeature that is not ours) wait its Cap.
+	Backoff wait.Backoff
 	// Timeout bounds each Publish call; zero means DefaultPublishTimeout.
 	Timeout time.Duration
 	// Clock drives resync and retry timers; nil is the real clock.
@@ -137,102 +88,8 @@ func stamped(c Content, now time.Time) Content {
 // before the first Content arrives. A closed contents channel means no new
 // Content: Run keeps resyncing and retrying the last one until ctx ends.
 func (l *Loop) Run(ctx context.Context, contents <-chan Content) error {
-	clk := l.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	log := l.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	timeout := l.Timeout
-	if timeout <= 0 {
-		timeout = DefaultPublishTimeout
-	}
-
-	logEvery := l.FailureLogInterval
-	if logEvery <= 0 {
-		logEvery = DefaultFailureLogInterval
-	}
-
-	var (
-		latest   Content
-		have     bool
-		failures int
-		timer    clock.Timer
-		timerC   <-chan time.Time
-		// firstFailure is when the current run of failures began;
-		// lastReport is when it was last logged at warn, and
-		// unreported counts the failures since.
-		firstFailure, lastReport time.Time
-		unreported               int
-	)
-	schedule := func(d time.Duration) {
-		if timer != nil {
-			timer.Stop()
-		}
-		timer, timerC = nil, nil
-		if d > 0 {
-			timer = clk.NewTimer(d)
-			timerC = timer.C()
-		}
-	}
-	defer schedule(0)
-
-	resyncer, _ := l.Publisher.(Resyncer)
-	publish := func(resync bool) {
-		attemptCtx, cancel := context.WithTimeout(ctx, timeout)
-		var err error
-		switch {
-		case l.Timestamp && len(latest.Labels) > 0:
-			// A new timestamp is new content: publish (write) it.
-			err = l.Publisher.Publish(attemptCtx, stamped(latest, clk.Now()))
-		case resync && resyncer != nil:
-			err = resyncer.Resync(attemptCtx, latest)
-		default:
-			err = l.Publisher.Publish(attemptCtx, latest)
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if l.OnPublish != nil {
-			l.OnPublish(err)
-		}
-		if err == nil {
-			if failures > 0 {
-				log.Info("published after failures", "failures", failures,
-					"failingFor", clk.Since(firstFailure).Round(time.Millisecond))
-			}
-			failures, unreported = 0, 0
-			if l.Resync > 0 && l.ResyncJitter > 0 {
-				schedule(wait.Jitter(l.Resync, l.ResyncJitter))
-			} else {
-				schedule(l.Resync)
-			}
-			return
-		}
-		failures++
-		delay := l.Backoff.Delay(failures)
-		if errors.Is(err, ErrCRDMissing) || errors.Is(err, ErrNotOurs) {
-			delay = l.Backoff.capped()
-		}
-		now := clk.Now()
-		switch {
-		case failures == 1:
-			firstFailure, lastReport, unreported = now, now, 0
-			log.Warn("publish failed; will retry", "error", err, "retryIn", delay)
-		case now.Sub(lastReport) >= logEvery:
-			log.Warn("publish still failing; will retry", "error", err, "failures", failures,
-				"failuresSinceLastReport", unreported+1, "failingFor", now.Sub(firstFailure).Round(time.Millisecond), "retryIn", delay)
-			lastReport, unreported = now, 0
-		default:
-			unreported++
-			log.Debug("publish failed again; will retry", "error", err, "failures", failures, "retryIn", delay)
-		}
-		schedule(delay)
-	}
-
+	r := newLoopRun(l)
+	defer r.schedule(0)
 	for {
 		select {
 		case <-ctx.Done():
@@ -242,14 +99,137 @@ func (l *Loop) Run(ctx context.Context, contents <-chan Content) error {
 				contents = nil // a nil channel never receives
 				continue
 			}
-			latest, have = c, true
-			publish(false)
-		case <-timerC:
+			r.latest, r.have = c, true
+			r.publish(ctx, false)
+		case <-r.timerC:
 			// After a success the timer is the resync; after a failure,
 			// the retry.
-			if have {
-				publish(failures == 0)
+			if r.have {
+				r.publish(ctx, r.failures == 0)
 			}
 		}
 	}
+}
+
+// loopRun is the state of one Loop.Run.
+type loopRun struct {
+	l        *Loop
+	clk      clock.Clock
+	log      *slog.Logger
+	timeout  time.Duration
+	logEvery time.Duration
+	initial  wait.Backoff
+	backoff  wait.Backoff
+	resyncer Resyncer
+
+	latest   Content
+	have     bool
+	failures int
+	timer    clock.Timer
+	timerC   <-chan time.Time
+	// firstFailure is when the current run of failures began; lastReport
+	// is when it was last logged at warn, and unreported counts the
+	// failures since.
+	firstFailure, lastReport time.Time
+	unreported               int
+}
+
+// newLoopRun fills the defaults of l.
+func newLoopRun(l *Loop) *loopRun {
+	r := &loopRun{l: l, clk: l.Clock, log: l.Logger, timeout: l.Timeout, logEvery: l.FailureLogInterval, initial: l.Backoff}
+	if r.clk == nil {
+		r.clk = clock.RealClock{}
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if r.timeout <= 0 {
+		r.timeout = DefaultPublishTimeout
+	}
+	if r.logEvery <= 0 {
+		r.logEvery = DefaultFailureLogInterval
+	}
+	if r.initial.Duration <= 0 {
+		r.initial = DefaultBackoff
+	}
+	r.backoff = r.initial
+	r.resyncer, _ = l.Publisher.(Resyncer)
+	return r
+}
+
+// schedule arms the timer for d (none for 0).
+func (r *loopRun) schedule(d time.Duration) {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.timer, r.timerC = nil, nil
+	if d > 0 {
+		r.timer = r.clk.NewTimer(d)
+		r.timerC = r.timer.C()
+	}
+}
+
+// publish makes one attempt with the latest content (a resync when
+// resync is set) and schedules the next: the resync after a success, a
+// retry after a failure.
+func (r *loopRun) publish(ctx context.Context, resync bool) {
+	attemptCtx, cancel := context.WithTimeout(ctx, r.timeout)
+	var err error
+	switch {
+	case r.l.Timestamp && len(r.latest.Labels) > 0:
+		// A new timestamp is new content: publish (write) it.
+		err = r.l.Publisher.Publish(attemptCtx, stamped(r.latest, r.clk.Now()))
+	case resync && r.resyncer != nil:
+		err = r.resyncer.Resync(attemptCtx, r.latest)
+	default:
+		err = r.l.Publisher.Publish(attemptCtx, r.latest)
+	}
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if r.l.OnPublish != nil {
+		r.l.OnPublish(err)
+	}
+	if err != nil {
+		r.failed(err)
+		return
+	}
+	if r.failures > 0 {
+		r.log.Info("published after failures", "failures", r.failures,
+			"failingFor", r.clk.Since(r.firstFailure).Round(time.Millisecond))
+	}
+	r.failures, r.unreported, r.backoff = 0, 0, r.initial
+	if r.l.Resync > 0 && r.l.ResyncJitter > 0 {
+		r.schedule(wait.Jitter(r.l.Resync, r.l.ResyncJitter))
+	} else {
+		r.schedule(r.l.Resync)
+	}
+}
+
+// failed logs a failed attempt (the first of a run at warn, then one
+// summary per logEvery) and schedules the retry.
+func (r *loopRun) failed(err error) {
+	r.failures++
+	delay := r.backoff.Step()
+	if errors.Is(err, ErrCRDMissing) || errors.Is(err, ErrNotOurs) {
+		delay = r.initial.Cap
+		if r.initial.Jitter > 0 {
+			delay = wait.Jitter(delay, r.initial.Jitter)
+		}
+	}
+	now := r.clk.Now()
+	switch {
+	case r.failures == 1:
+		r.firstFailure, r.lastReport, r.unreported = now, now, 0
+		r.log.Warn("publish failed; will retry", "error", err, "retryIn", delay)
+	case now.Sub(r.lastReport) >= r.logEvery:
+		r.log.Warn("publish still failing; will retry", "error", err, "failures", r.failures,
+			"failuresSinceLastReport", r.unreported+1, "failingFor", now.Sub(r.firstFailure).Round(time.Millisecond), "retryIn", delay)
+		r.lastReport, r.unreported = now, 0
+	default:
+		r.unreported++
+		r.log.Debug("publish failed again; will retry", "error", err, "failures", r.failures, "retryIn", delay)
+	}
+	r.schedule(delay)
 }

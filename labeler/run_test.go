@@ -12,6 +12,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -50,7 +51,7 @@ type loopHarness struct {
 	results  chan error
 }
 
-func startLoop(t *testing.T, pub Publisher, resync time.Duration, backoff Backoff) *loopHarness {
+func startLoop(t *testing.T, pub Publisher, resync time.Duration, backoff wait.Backoff) *loopHarness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &loopHarness{
@@ -126,7 +127,7 @@ func (h *loopHarness) step(d time.Duration) {
 func TestLoopBackoffThenResync(t *testing.T) {
 	unavailable := errors.New("connection refused")
 	pub := newFakePublisher(4, unavailable)
-	h := startLoop(t, pub, 10*time.Minute, Backoff{Initial: time.Second, Factor: 2, Max: 4 * time.Second})
+	h := startLoop(t, pub, 10*time.Minute, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 4 * time.Second})
 
 	Offer(h.contents, Content{Labels: map[string]string{"a": "1"}})
 	// Attempts fail 4 times; delays 1s, 2s, 4s, 4s (capped).
@@ -157,7 +158,7 @@ func TestLoopBackoffThenResync(t *testing.T) {
 // not with the short initial delay.
 func TestLoopSlowRetryForCRDMissing(t *testing.T) {
 	pub := newFakePublisher(1, fmt.Errorf("publish: %w", ErrCRDMissing))
-	h := startLoop(t, pub, 0, Backoff{Initial: time.Second, Max: time.Minute})
+	h := startLoop(t, pub, 0, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: time.Minute})
 	Offer(h.contents, Content{})
 	if err := h.result(); !errors.Is(err, ErrCRDMissing) {
 		t.Fatalf("first attempt: %v", err)
@@ -174,7 +175,7 @@ func TestLoopSlowRetryForCRDMissing(t *testing.T) {
 // while a retry is pending.
 func TestLoopNewContentDuringBackoff(t *testing.T) {
 	pub := newFakePublisher(1, errors.New("boom"))
-	h := startLoop(t, pub, 0, Backoff{Initial: time.Hour, Max: time.Hour})
+	h := startLoop(t, pub, 0, wait.Backoff{Duration: time.Hour, Factor: 2, Steps: 1 << 30, Cap: time.Hour})
 	Offer(h.contents, Content{Labels: map[string]string{"v": "1"}})
 	if err := h.result(); err == nil {
 		t.Fatal("first attempt succeeded, want the injected failure")
@@ -193,7 +194,7 @@ func TestLoopNewContentDuringBackoff(t *testing.T) {
 // the loop.
 func TestLoopClosedChannelKeepsResyncing(t *testing.T) {
 	pub := newFakePublisher(0, nil)
-	h := startLoop(t, pub, time.Minute, Backoff{})
+	h := startLoop(t, pub, time.Minute, wait.Backoff{})
 	h.contents <- Content{Labels: map[string]string{"v": "1"}}
 	close(h.contents)
 	if err := h.result(); err != nil {
@@ -218,7 +219,7 @@ func TestLoopNodeFeatureBackoff(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	h := startLoop(t, nf.pub, time.Hour, Backoff{Initial: time.Second, Factor: 2, Max: time.Minute})
+	h := startLoop(t, nf.pub, time.Hour, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: time.Minute})
 	Offer(h.contents, testContent())
 	for i, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
 		if err := h.result(); !apierrors.IsServiceUnavailable(err) {
@@ -317,7 +318,7 @@ func TestLoopAggregatesFailureLogs(t *testing.T) {
 	results := make(chan error, 100)
 	loop := &Loop{
 		Publisher:          pub,
-		Backoff:            Backoff{Initial: time.Second, Max: time.Second},
+		Backoff:            wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: time.Second},
 		FailureLogInterval: 20 * time.Second,
 		Clock:              clk,
 		Logger:             slog.New(logs),
@@ -355,28 +356,6 @@ func TestLoopAggregatesFailureLogs(t *testing.T) {
 	}
 	if want := "published after failures"; len(messages) == 0 || messages[len(messages)-1] != want {
 		t.Errorf("last message %q, want %q", messages, want)
-	}
-}
-
-// TestBackoffJitter: with Jitter, each delay lies in [d, d*(1+Jitter)] of
-// the unjittered delay d, and delays spread (agents failing together do
-// not retry together).
-func TestBackoffJitter(t *testing.T) {
-	b := Backoff{Initial: time.Second, Factor: 2, Max: time.Minute, Jitter: 0.5}
-	plain := Backoff{Initial: time.Second, Factor: 2, Max: time.Minute}
-	for _, failures := range []int{1, 3, 10} {
-		base := plain.Delay(failures)
-		seen := map[time.Duration]bool{}
-		for range 50 {
-			d := b.Delay(failures)
-			if d < base || d > base+base/2 {
-				t.Fatalf("Delay(%d) = %v, want within [%v, %v]", failures, d, base, base+base/2)
-			}
-			seen[d] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("Delay(%d) gave one value over 50 calls: no jitter", failures)
-		}
 	}
 }
 

@@ -20,7 +20,25 @@ const (
 	// AnnotationResources is what the served plan serves, as Served
 	// writes it ("" when the agent has no plan yet: the key is absent).
 	AnnotationResources = "featureplug.io/resources"
+	// AnnotationMPSControl says whether the agent can start MPS control
+	// daemons: MPSControlFound, or why not ("nvidia-cuda-mps-control not
+	// found in PATH"), whatever the rules share, so that rules check and
+	// rules explain --node tell before MPS rules reach the node.
+	AnnotationMPSControl = "featureplug.io/mps-control"
+	// MPSControlFound is AnnotationMPSControl's value when the control
+	// program is there.
+	MPSControlFound = "found"
 )
+
+// Annotations returns the NodeFeature annotations of a plan (none before
+// any plan): the digest of the rules it came from (plan.Plan.RulesDigest)
+// and what it serves, given the agent's default API def.
+func Annotations(p *plan.Plan, def plan.Serve) map[string]string {
+	if p == nil {
+		return nil
+	}
+	return map[string]string{AnnotationRulesDigest: p.RulesDigest, AnnotationResources: NewServed(p, def).String()}
+}
 
 // Served is what a node's agent serves: per resource, its devices, their
 // sharing and the kubelet API that serves them. It is the value of

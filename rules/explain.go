@@ -71,74 +71,7 @@ func WriteExplanation(w io.Writer, p *plan.Plan) error {
 func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error {
 	var b strings.Builder
 	for _, d := range p.Decisions {
-		fmt.Fprintf(&b, "%s  %s\n", d.Description, d.Device)
-		switch {
-		case d.Problem != "" && d.Kind == plan.DeviceVFIO:
-			fmt.Fprintf(&b, "  resource  none: left out\n  rule      %s\n  problem   %s\n", d.Rule, d.Problem)
-		case d.Dynamic:
-			explainDynamicDecision(&b, d) // migdynamic_explain.go
-		case d.Problem != "":
-			fmt.Fprintf(&b, "  resource  none: left out because of its rule\n  rule      %s\n  problem   %s\n", d.Rule, d.Problem)
-		case d.Resource != "":
-			sharing := "none"
-			if d.Sharing != nil {
-				sharing = d.Sharing.String()
-			}
-			fmt.Fprintf(&b, "  resource  %s\n  rule      %s\n  sharing   %s\n", d.Resource, d.Rule, sharing)
-			writeVFIODecision(&b, p, &d) // vfio_explain.go
-			switch {
-			case opts.DRA != nil && d.Kind == plan.DeviceVFIO:
-				fmt.Fprintf(&b, "  serve     %s, no DRA class (VFIO devices are not in ResourceSlices)\n", opts.serveText(d.Serve))
-			case opts.DRA != nil:
-				class := "none"
-				if c := opts.DRA[d.Resource]; c.Name != "" {
-					class = c.Name
-				}
-				fmt.Fprintf(&b, "  serve     %s, DRA class %s\n", opts.serveText(d.Serve), class)
-			}
-		case d.Kind == plan.DeviceGPU && allMIGEnabled(d.Skipped):
-			b.WriteString("  resource  none: MIG is enabled, so only its MIG devices can be claimed\n")
-		default:
-			b.WriteString("  resource  none: no rule matched\n")
-		}
-		otherKind := 0
-		var kinds []plan.DeviceKind // of the rules skipped for their kind, in rule order
-		first := true
-		for _, m := range d.Skipped {
-			if m.Reason == missMIGEnabled {
-				otherKind++
-				continue
-			}
-			if k, ok := missedKind(m.Reason); ok {
-				otherKind++
-				if !slices.Contains(kinds, k) {
-					kinds = append(kinds, k)
-				}
-				continue
-			}
-			label := "            "
-			if first {
-				label = "  skipped   "
-				first = false
-			}
-			fmt.Fprintf(&b, "%s%s: %s\n", label, m.Rule, m.Reason)
-		}
-		migGPU := d.Resource == "" && d.Kind == plan.DeviceGPU && allMIGEnabled(d.Skipped)
-		if otherKind > 0 && !migGPU {
-			if len(kinds) == 0 {
-				kinds = []plan.DeviceKind{plan.DeviceMIG}
-			}
-			names := make([]string, len(kinds))
-			for i, k := range kinds {
-				names[i] = string(k)
-			}
-			noun := "rules"
-			if otherKind == 1 {
-				noun = "rule"
-			}
-			fmt.Fprintf(&b, "  (%d %s for devices: %s skipped)\n", otherKind, noun, strings.Join(names, ", "))
-		}
-		b.WriteByte('\n')
+		writeDecision(&b, p, d, opts)
 	}
 	if n := len(p.Problems); n > 0 {
 		noun := "devices"
@@ -203,6 +136,79 @@ func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error 
 		return nil
 	}
 	return writeDRAView(w, p, opts.DRA)
+}
+
+// writeDecision writes what the plan did with one device: its resource
+// (or why none), the rules skipped and why.
+func writeDecision(b *strings.Builder, p *plan.Plan, d plan.Decision, opts ExplainOptions) {
+	fmt.Fprintf(b, "%s  %s\n", d.Description, d.Device)
+	switch {
+	case d.Problem != "" && d.Kind == plan.DeviceVFIO:
+		fmt.Fprintf(b, "  resource  none: left out\n  rule      %s\n  problem   %s\n", d.Rule, d.Problem)
+	case d.Dynamic:
+		explainDynamicDecision(b, d) // migdynamic_explain.go
+	case d.Problem != "":
+		fmt.Fprintf(b, "  resource  none: left out because of its rule\n  rule      %s\n  problem   %s\n", d.Rule, d.Problem)
+	case d.Resource != "":
+		sharing := "none"
+		if d.Sharing != nil {
+			sharing = d.Sharing.String()
+		}
+		fmt.Fprintf(b, "  resource  %s\n  rule      %s\n  sharing   %s\n", d.Resource, d.Rule, sharing)
+		writeVFIODecision(b, p, &d) // vfio_explain.go
+		switch {
+		case opts.DRA != nil && d.Kind == plan.DeviceVFIO:
+			fmt.Fprintf(b, "  serve     %s, no DRA class (VFIO devices are not in ResourceSlices)\n", opts.serveText(d.Serve))
+		case opts.DRA != nil:
+			class := "none"
+			if c := opts.DRA[d.Resource]; c.Name != "" {
+				class = c.Name
+			}
+			fmt.Fprintf(b, "  serve     %s, DRA class %s\n", opts.serveText(d.Serve), class)
+		}
+	case d.Kind == plan.DeviceGPU && allMIGEnabled(d.Skipped):
+		b.WriteString("  resource  none: MIG is enabled, so only its MIG devices can be claimed\n")
+	default:
+		b.WriteString("  resource  none: no rule matched\n")
+	}
+	otherKind := 0
+	var kinds []plan.DeviceKind // of the rules skipped for their kind, in rule order
+	first := true
+	for _, m := range d.Skipped {
+		if m.Reason == missMIGEnabled {
+			otherKind++
+			continue
+		}
+		if k, ok := missedKind(m.Reason); ok {
+			otherKind++
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+			continue
+		}
+		label := "            "
+		if first {
+			label = "  skipped   "
+			first = false
+		}
+		fmt.Fprintf(b, "%s%s: %s\n", label, m.Rule, m.Reason)
+	}
+	migGPU := d.Resource == "" && d.Kind == plan.DeviceGPU && allMIGEnabled(d.Skipped)
+	if otherKind > 0 && !migGPU {
+		if len(kinds) == 0 {
+			kinds = []plan.DeviceKind{plan.DeviceMIG}
+		}
+		names := make([]string, len(kinds))
+		for i, k := range kinds {
+			names[i] = string(k)
+		}
+		noun := "rules"
+		if otherKind == 1 {
+			noun = "rule"
+		}
+		fmt.Fprintf(b, "  (%d %s for devices: %s skipped)\n", otherKind, noun, strings.Join(names, ", "))
+	}
+	b.WriteByte('\n')
 }
 
 // writeDRAView writes, per resource of the plan, its DRA DeviceClass and

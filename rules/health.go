@@ -104,76 +104,86 @@ func (c *checker) compileHealth(specs []healthSpec) []*healthEntry {
 			everyNode = i
 		}
 
-		p := &e.policy
-		for _, key := range sortedKeys(s.XIDs) {
-			field := path{"xids", key}
-			xid, err := strconv.ParseUint(key, 10, 64)
-			if err != nil || xid == 0 {
-				fail(field, strconv.Quote(key), "an XID is a number from 1")
-				continue
-			}
-			effect, ok := c.healthEffect(i, s.Name, field, s.XIDs[key])
-			if !ok {
-				continue
-			}
-			if _, known := discovery.LookupXID(xid); !known {
-				warn(field, "", fmt.Sprintf("XID %d is not in NVIDIA's XID catalog (XIDs 1-%d); the override applies if a driver reports it", xid, len(discovery.XIDCatalog())))
-			}
-			p.XIDs = setKey(p.XIDs, xid, effect)
-		}
-		for _, key := range sortedKeys(s.Resolutions) {
-			field := path{"resolutions", key}
-			r := discovery.XIDResolution(key)
-			if r == discovery.ResolutionNone || !discovery.KnownResolution(r) {
-				fail(field, strconv.Quote(key), "not a resolution of NVIDIA's XID catalog (have "+resolutionList()+"); XIDs without one follow unknownXID")
-				continue
-			}
-			if effect, ok := c.healthEffect(i, s.Name, field, s.Resolutions[key]); ok {
-				p.Resolutions = setKey(p.Resolutions, r, effect)
-			}
-		}
-		if s.UnknownXID != "" {
-			if effect, ok := c.healthEffect(i, s.Name, path{"unknownXID"}, s.UnknownXID); ok {
-				p.UnknownXID = effect
-			}
-		}
-		for _, key := range sortedKeys(s.Events) {
-			field := path{"events", key}
-			kind, ok := c.healthKind(i, s.Name, field, key, false)
-			if !ok {
-				continue
-			}
-			effect, ok := c.healthEffect(i, s.Name, field, s.Events[key])
-			if !ok {
-				continue
-			}
-			if effect == discovery.EffectUntilReset && slices.Contains(noResetEvidence, kind) {
-				warn(field, strconv.Quote(string(effect)), fmt.Sprintf("%s events carry no NVML evidence of a pending reset, so until-reset holds them for the quiet period", kind))
-			}
-			p.Events = setKey(p.Events, kind, effect)
-		}
-		if s.QuietPeriod != "" {
-			if d, ok := c.healthDuration(i, s.Name, path{"quietPeriod"}, s.QuietPeriod); ok {
-				p.QuietPeriod = &d
-			}
-		}
-		for _, key := range sortedKeys(s.QuietPeriods) {
-			field := path{"quietPeriods", key}
-			kind, ok := c.healthKind(i, s.Name, field, key, true)
-			if !ok {
-				continue
-			}
-			if d, ok := c.healthDuration(i, s.Name, field, s.QuietPeriods[key]); ok {
-				p.QuietPeriods = setKey(p.QuietPeriods, kind, d)
-			}
-		}
-		if s.FenceOnNVMLFailure != nil {
-			fence := *s.FenceOnNVMLFailure
-			p.FenceOnNVMLFailure = &fence
-		}
+		e.policy = c.compileHealthPolicy(i, s)
 		out = append(out, e)
 	}
 	return out
+}
+
+// compileHealthPolicy validates the policy fields of health entry i, s,
+// and returns the policy they give.
+func (c *checker) compileHealthPolicy(i int, s *healthSpec) discovery.HealthPolicy {
+	fail := func(field path, value, msg string) { c.healthError(false, i, s.Name, field, value, msg) }
+	warn := func(field path, value, msg string) { c.healthError(true, i, s.Name, field, value, msg) }
+	var policy discovery.HealthPolicy
+	p := &policy
+	for _, key := range sortedKeys(s.XIDs) {
+		field := path{"xids", key}
+		xid, err := strconv.ParseUint(key, 10, 64)
+		if err != nil || xid == 0 {
+			fail(field, strconv.Quote(key), "an XID is a number from 1")
+			continue
+		}
+		effect, ok := c.healthEffect(i, s.Name, field, s.XIDs[key])
+		if !ok {
+			continue
+		}
+		if _, known := discovery.LookupXID(xid); !known {
+			warn(field, "", fmt.Sprintf("XID %d is not in NVIDIA's XID catalog (XIDs 1-%d); the override applies if a driver reports it", xid, len(discovery.XIDCatalog())))
+		}
+		p.XIDs = setKey(p.XIDs, xid, effect)
+	}
+	for _, key := range sortedKeys(s.Resolutions) {
+		field := path{"resolutions", key}
+		r := discovery.XIDResolution(key)
+		if r == discovery.ResolutionNone || !discovery.KnownResolution(r) {
+			fail(field, strconv.Quote(key), "not a resolution of NVIDIA's XID catalog (have "+resolutionList()+"); XIDs without one follow unknownXID")
+			continue
+		}
+		if effect, ok := c.healthEffect(i, s.Name, field, s.Resolutions[key]); ok {
+			p.Resolutions = setKey(p.Resolutions, r, effect)
+		}
+	}
+	if s.UnknownXID != "" {
+		if effect, ok := c.healthEffect(i, s.Name, path{"unknownXID"}, s.UnknownXID); ok {
+			p.UnknownXID = effect
+		}
+	}
+	for _, key := range sortedKeys(s.Events) {
+		field := path{"events", key}
+		kind, ok := c.healthKind(i, s.Name, field, key, false)
+		if !ok {
+			continue
+		}
+		effect, ok := c.healthEffect(i, s.Name, field, s.Events[key])
+		if !ok {
+			continue
+		}
+		if effect == discovery.EffectUntilReset && slices.Contains(noResetEvidence, kind) {
+			warn(field, strconv.Quote(string(effect)), fmt.Sprintf("%s events carry no NVML evidence of a pending reset, so until-reset holds them for the quiet period", kind))
+		}
+		p.Events = setKey(p.Events, kind, effect)
+	}
+	if s.QuietPeriod != "" {
+		if d, ok := c.healthDuration(i, s.Name, path{"quietPeriod"}, s.QuietPeriod); ok {
+			p.QuietPeriod = &d
+		}
+	}
+	for _, key := range sortedKeys(s.QuietPeriods) {
+		field := path{"quietPeriods", key}
+		kind, ok := c.healthKind(i, s.Name, field, key, true)
+		if !ok {
+			continue
+		}
+		if d, ok := c.healthDuration(i, s.Name, field, s.QuietPeriods[key]); ok {
+			p.QuietPeriods = setKey(p.QuietPeriods, kind, d)
+		}
+	}
+	if s.FenceOnNVMLFailure != nil {
+		fence := *s.FenceOnNVMLFailure
+		p.FenceOnNVMLFailure = &fence
+	}
+	return policy
 }
 
 // healthError records a problem (or, with warning, a warning) on a field

@@ -98,7 +98,7 @@ func (rs *RuleSet) plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 		}
 	}
 	// NVIDIA's MIG strategy for this node, and "single" refusing a node
-	// whose MIG devices are not uniform (single.go, issue 15).
+	// whose MIG devices are not uniform (single.go).
 	var singleResource string
 	plan.MIGStrategy, singleResource = rs.migStrategy(nodeMiss)
 	applySingle(inv, plan, singleResource)
@@ -409,8 +409,8 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name string, problem 
 		pl.fail(r, "sharing.strategy", string(spec.Name), fmt.Sprintf("%s cannot share %s: MIG is enabled on its GPU", spec.Name, desc))
 		return "", nil
 	}
-	// An MPS per-replica memory limit must fit the GPU it limits (issue 15
-	// item 5; plan.Sharing.CheckDeviceMemory).
+	// An MPS per-replica memory limit must fit the GPU it limits
+	// (plan.Sharing.CheckDeviceMemory).
 	if err := r.sharing.CheckDeviceMemory(t.memory()); err != nil {
 		pl.fail(r, "sharing.mps.pinnedMemoryLimitMiB", strconv.FormatUint(r.sharing.MPS.PinnedMemoryLimitMiB, 10),
 			fmt.Sprintf("%s (%s): %v", desc, t.gpu.UUID, err))

@@ -31,10 +31,10 @@ func versionTerm(feature, key, op string, values ...string) nfdv1alpha1.FeatureM
 	}}
 }
 
-// TestVersionRulesDoNotDependOnTheSample is the case of issue 13: the schema
-// guessed an attribute's type from the sample node's value, so a version
-// attribute the sample node left empty (or that NVML reported as unknown)
-// made valid type: version rules fail to load. Types now come from
+// TestVersionRulesDoNotDependOnTheSample: were the schema to guess an
+// attribute's type from the sample node's value, a version attribute the
+// sample node left empty (or that NVML reported as unknown) would make
+// valid type: version rules fail to load. Types come from
 // discovery's catalog.
 func TestVersionRulesDoNotDependOnTheSample(t *testing.T) {
 	m := nfdv1alpha1.FeatureMatcher{

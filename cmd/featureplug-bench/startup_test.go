@@ -9,7 +9,9 @@ import (
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/labeler"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"github.com/featureplug/featureplug/rules"
 )
@@ -33,7 +35,7 @@ func BenchmarkAgentStartup(b *testing.B) {
 
 // plannedResources returns how many resources the rules make of node.
 func plannedResources(b *testing.B, node, rulesName string) int {
-	src, err := agent.OpenFake(node)
+	src, err := gpusource.OpenFake(node)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -72,18 +74,18 @@ func startAgentOnce(b *testing.B, node, rulesName string, want int) {
 	done := make(chan error, 1)
 	b.StartTimer()
 
-	src, err := agent.OpenFake(node)
+	src, err := gpusource.OpenFake(node)
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := plugin.DefaultOptions()
+	opts := deviceplugin.DefaultOptions()
 	opts.KubeletDir = dir
 	a, err := agent.New(agent.Config{
 		NodeName:    node,
 		Source:      src,
 		Rules:       rulesName,
 		RulesEngine: rulesengine.New(),
-		Publish:     agent.PublishNone,
+		Publish:     labeler.PublishNone,
 		Plugin:      opts,
 		Logger:      slog.New(slog.DiscardHandler),
 	})

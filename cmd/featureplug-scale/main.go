@@ -35,7 +35,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -46,7 +45,9 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/labeler"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 )
 
 type options struct {
@@ -190,7 +191,7 @@ func run(ctx context.Context, o options) error {
 // newAgent makes agent i: its own fake node, API clients on their own
 // connection, and either device plugins under kubeletRoot or none.
 func newAgent(o options, base *rest.Config, i int, as *agentStatus, log *slog.Logger) (*agent.Agent, error) {
-	src, err := agent.OpenFake(as.Fake)
+	src, err := gpusource.OpenFake(as.Fake)
 	if err != nil {
 		return nil, err
 	}
@@ -208,14 +209,8 @@ func newAgent(o options, base *rest.Config, i int, as *agentStatus, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	var newWatcher func() (*fsnotify.Watcher, error)
-	if i >= o.inotify {
-		newWatcher = func() (*fsnotify.Watcher, error) {
-			return nil, errors.New("no inotify for this simulated node (featureplug-scale --inotify)")
-		}
-	}
 	serve := i < o.serve
-	popts := plugin.Options{}
+	popts := deviceplugin.Options{}
 	if serve {
 		popts.KubeletDir = o.kubeletRoot + "/" + as.Node
 	}
@@ -225,9 +220,9 @@ func newAgent(o options, base *rest.Config, i int, as *agentStatus, log *slog.Lo
 		Source:      src,
 		Rules:       o.rules,
 		RulesEngine: rulesengine.New(),
-		Publish:     agent.PublishNodeFeature,
+		Publish:     labeler.PublishNodeFeature,
 		// A simulated node has no agent Pod to own its NodeFeature.
-		Owner:              agent.OwnerConfig{Mode: agent.OwnerNode},
+		Owner:              kube.OwnerConfig{Mode: kube.OwnerNode},
 		ResyncInterval:     o.resyncInterval,
 		RediscoverInterval: o.rediscoverInterval,
 		Kube:               api,
@@ -235,7 +230,7 @@ func newAgent(o options, base *rest.Config, i int, as *agentStatus, log *slog.Lo
 		NoDevicePlugins:    !serve,
 		Health:             discovery.HealthOptions{WaitTimeout: o.healthWait},
 		FileCheckInterval:  o.fileCheckInterval,
-		NewFileWatcher:     newWatcher,
+		NoInotify:          i >= o.inotify, // featureplug-scale --inotify
 		Logger:             log,
 	})
 }

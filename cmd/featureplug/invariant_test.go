@@ -16,7 +16,7 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/catalog"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -235,7 +235,7 @@ func runVerdict(t *testing.T, file string, inv *discovery.Inventory, labels map[
 	if len(errs) > 0 {
 		return p, errors.Join(errs...)
 	}
-	m, err := plugin.NewManager(plugin.Options{KubeletDir: t.TempDir()})
+	m, err := deviceplugin.NewManager(deviceplugin.Options{KubeletDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/rules"
 )
 
@@ -20,8 +20,8 @@ func TestNodeWithoutMPSControl(t *testing.T) {
 	inv := explainTestInventory(t, "dgx-h100")
 	r.add(t, "without", inv, nil, "")
 	r.add(t, "with", inv, nil, "")
-	r.features[0].Annotations = map[string]string{agent.AnnotationMPSControl: "nvidia-cuda-mps-control not found in PATH"}
-	r.features[1].Annotations = map[string]string{agent.AnnotationMPSControl: agent.MPSControlFound}
+	r.features[0].Annotations = map[string]string{labeler.AnnotationMPSControl: "nvidia-cuda-mps-control not found in PATH"}
+	r.features[1].Annotations = map[string]string{labeler.AnnotationMPSControl: labeler.MPSControlFound}
 	file := filepath.Join(t.TempDir(), "mps.yaml")
 	writeFile(t, file, mpsRules)
 	rs, err := rules.Load(file)

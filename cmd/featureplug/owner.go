@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 
-	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/cmd/internal/kube"
 )
 
@@ -19,8 +18,8 @@ const (
 // ownerConfig is the agent's OwnerConfig from --owner and the Pod's
 // downward-API variables; the Pod is read through client, the agent's one
 // API client (nil without an API server, when nothing is published to it).
-func (f *runFlags) ownerConfig(client kube.Interface) agent.OwnerConfig {
-	oc := agent.OwnerConfig{Mode: agent.OwnerMode(f.owner), PodName: os.Getenv(podNameEnv),
+func (f *runFlags) ownerConfig(client kube.Interface) kube.OwnerConfig {
+	oc := kube.OwnerConfig{Mode: kube.OwnerMode(f.owner), PodName: os.Getenv(podNameEnv),
 		PodNamespace: os.Getenv(podNamespaceEnv), PodUID: os.Getenv(podUIDEnv)}
 	if client != nil {
 		oc.Pods = client.Pods(f.namespace)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/catalog"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -205,14 +205,14 @@ func errorText(err error) string {
 
 // nodeMPSUnavailable names the MPS resources of a cluster node's plan that
 // its agent would hold back, and why, from what the agent publishes about
-// its MPS control program (agent.AnnotationMPSControl). It is nil when the
+// its MPS control program (labeler.AnnotationMPSControl). It is nil when the
 // program is there or the agent does not say (an older agent).
 func nodeMPSUnavailable(p *plan.Plan, n *clusterNode) map[string]string {
 	state := ""
 	if n.feature != nil {
-		state = n.feature.Annotations[agent.AnnotationMPSControl]
+		state = n.feature.Annotations[labeler.AnnotationMPSControl]
 	}
-	if state == "" || state == agent.MPSControlFound {
+	if state == "" || state == labeler.MPSControlFound {
 		return nil
 	}
 	return unavailableResources(p, fmt.Errorf("the node's agent cannot start MPS control daemons: %s", state))

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 
-	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -21,7 +20,7 @@ import (
 )
 
 // clusterRules is a rules file read for the cluster commands, with the
-// digest the agents record for it (agent.AnnotationRulesDigest).
+// digest the agents record for it (labeler.AnnotationRulesDigest).
 type clusterRules struct {
 	rs     *rules.RuleSet
 	digest string
@@ -59,7 +58,7 @@ func loadRulesFile(nameOrPath string) (*clusterRules, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clusterRules{rs: rs, digest: agent.RulesDigest(data), where: nameOrPath}, nil
+	return &clusterRules{rs: rs, digest: plan.RulesDigest(data), where: nameOrPath}, nil
 }
 
 // loadConfigMapRules reads the agents' rules from their ConfigMap, as the
@@ -83,7 +82,7 @@ func configMapRules(cm *corev1.ConfigMap, f *clusterFlags) (*clusterRules, error
 	if err != nil {
 		return nil, err
 	}
-	return &clusterRules{rs: rs, digest: agent.RulesDigest([]byte(data)), where: where}, nil
+	return &clusterRules{rs: rs, digest: plan.RulesDigest([]byte(data)), where: where}, nil
 }
 
 // readRulesFile reads a rules file, refusing one larger than the agent
@@ -204,8 +203,8 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 	if cr.rs.UsesNodeLabels() {
 		note("node selectors see the Node's labels; labels given to the agent itself (--node-labels) are not visible here")
 	}
-	if digest := cn.feature.Annotations[agent.AnnotationRulesDigest]; digest == "" {
-		note("the node's agent records no rules digest (%s): which rules it runs is unknown", agent.AnnotationRulesDigest)
+	if digest := cn.feature.Annotations[labeler.AnnotationRulesDigest]; digest == "" {
+		note("the node's agent records no rules digest (%s): which rules it runs is unknown", labeler.AnnotationRulesDigest)
 	} else if digest != cr.digest {
 		note("the node's agent runs other rules (%s) than these (%s %s): it serves %s",
 			digest, cr.where, cr.digest, recordedServed(cn.feature.Annotations))
@@ -218,7 +217,7 @@ func explainNode(ctx context.Context, out, errOut io.Writer, r clusterReader, f 
 		fmt.Fprintf(errOut, "warning: %v\n", err)
 	}
 	unavailable := nodeMPSUnavailable(np.plan, cn) // rules_check.go
-	if cn.feature.Annotations[agent.AnnotationMPSControl] == "" {
+	if cn.feature.Annotations[labeler.AnnotationMPSControl] == "" {
 		for _, res := range np.plan.Resources {
 			if needsDaemon(res.Sharing) {
 				note("%s needs the node's MPS control daemon: whether it is up cannot be known from the cluster", res.Name)

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 
-	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/labeler"
 )
@@ -104,7 +103,7 @@ func (r *clusterFakeReader) add(t testing.TB, name string, inv *discovery.Invent
 		Spec: nfdv1alpha1.NodeFeatureSpec{Features: *discovery.Features(inv)},
 	}
 	if digest != "" {
-		nf.Annotations = map[string]string{agent.AnnotationRulesDigest: digest}
+		nf.Annotations = map[string]string{labeler.AnnotationRulesDigest: digest}
 	}
 	r.features = append(r.features, nf)
 }

@@ -15,7 +15,6 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/rules"
@@ -215,7 +214,7 @@ func TestRulesDiffStaleConfigMap(t *testing.T) {
 		Data:       map[string]string{defaultRulesKey: string(edit)},
 	}}
 	rep := diffJSON(t, r, diffExitBlocked, "--rules", explainEditRules)
-	digest := agent.RulesDigest(edit)
+	digest := plan.RulesDigest(edit)
 	if rep.ConfigMap == nil || rep.ConfigMap.Digest != digest || rep.ConfigMap.Error != "" {
 		t.Errorf("configMap %+v, want digest %s", rep.ConfigMap, digest)
 	}

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
@@ -22,10 +21,12 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/kube"
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/labeler"
-	"github.com/featureplug/featureplug/plugin"
 	"github.com/featureplug/featureplug/plugin/cdi"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
+	"github.com/featureplug/featureplug/plugin/health"
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -37,8 +38,8 @@ const envPrefix = "FEATUREPLUG_"
 // defaultStateDir is --state-dir's default, a hostPath the manifests mount.
 const defaultStateDir = "/var/lib/featureplug"
 
-// noInotifyEnv, set to 1, makes every file watch of the agent fail to get
-// an inotify instance, as on a node whose fs.inotify.max_user_instances is
+// noInotifyEnv, set to 1, makes the agent's file watcher run without an
+// inotify instance, as on a node whose fs.inotify.max_user_instances is
 // exhausted. It is a test hook: the fault tests use it to check that the
 // agent carries on with its periodic file checks.
 const noInotifyEnv = "FEATUREPLUG_TEST_NO_INOTIFY"
@@ -79,7 +80,7 @@ type runFlags struct {
 	logLevel           string
 	owner              string // owner.go
 	timestampLabel     bool
-	serve              string // the kubelet API of resources whose rules do not say (issue 20)
+	serve              string // the kubelet API of resources whose rules do not say
 	draRegistryDir     string // the kubelet's plugin registry directory (DRA registration socket)
 	draPluginDir       string // the DRA driver's socket directory
 }
@@ -131,33 +132,33 @@ the command line wins.`,
 	addRulesFlag(cmd, &f.rules, rulesFlagUsage("none")+"; it must exist at start unless --wait-for-rules")
 	fs.BoolVar(&f.waitForRules, "wait-for-rules", false, "start even when the --rules file does not exist yet (an optional ConfigMap): serve nothing until it appears, then apply it")
 	fs.StringToStringVar(&f.nodeLabels, "node-labels", nil, "extra node labels (k=v,...) the rules' node selectors see")
-	fs.StringVar(&f.publish, "publish", string(agent.PublishNodeFeature), "where features and labels go: nodefeature, file, stdout or none")
+	fs.StringVar(&f.publish, "publish", string(labeler.PublishNodeFeature), "where features and labels go: nodefeature, file, stdout or none")
 	fs.StringVar(&f.featuresFile, "features-file", labeler.DefaultFeatureFile, "nfd-worker feature file for --publish file")
 	fs.DurationVar(&f.resyncInterval, "resync-interval", agent.DefaultResyncInterval, "republish period (writes happen only on change)")
 	fs.DurationVar(&f.rediscoverInterval, "rediscover-interval", agent.DefaultRediscoverInterval, "GPU re-discovery period (SIGHUP re-discovers at once)")
-	fs.StringVar(&f.kubeletDir, "kubelet-dir", plugin.DefaultKubeletDir, "kubelet device-plugin directory")
-	fs.StringSliceVar(&f.deviceList, "device-list-strategy", []string{string(plugin.DeviceListEnvVar)},
+	fs.StringVar(&f.kubeletDir, "kubelet-dir", deviceplugin.DefaultKubeletDir, "kubelet device-plugin directory")
+	fs.StringSliceVar(&f.deviceList, "device-list-strategy", []string{string(deviceplugin.DeviceListEnvVar)},
 		"how Allocate passes devices: envvar, volume-mounts, cdi-annotations, cdi-cri (comma list)")
-	fs.StringVar(&f.deviceID, "device-id-strategy", string(plugin.DeviceIDUUID), "how devices are named to the runtime: uuid or index")
-	fs.StringVar(&f.cdiKind, "cdi-kind", plugin.DefaultCDIKind, "CDI vendor/class of CDI device names")
-	fs.StringVar(&f.cdiPrefix, "cdi-annotation-prefix", plugin.DefaultCDIAnnotationPrefix, "prefix of CDI annotation keys")
+	fs.StringVar(&f.deviceID, "device-id-strategy", string(deviceplugin.DeviceIDUUID), "how devices are named to the runtime: uuid or index")
+	fs.StringVar(&f.cdiKind, "cdi-kind", deviceplugin.DefaultCDIKind, "CDI vendor/class of CDI device names")
+	fs.StringVar(&f.cdiPrefix, "cdi-annotation-prefix", deviceplugin.DefaultCDIAnnotationPrefix, "prefix of CDI annotation keys")
 	fs.StringVar(&f.cdiSpecDir, "cdi-spec-dir", cdi.DefaultSpecDir, "directory of the CDI spec written for the advertised devices with a cdi-* device-list strategy, and for the devices served through DRA (which needs it)")
 	fs.StringVar(&f.cdiHostDriverRoot, "cdi-host-driver-root", "", "where --driver-root is on the host, for the CDI spec's host paths (default: --driver-root; \"/\" when the host's root is mounted at --driver-root)")
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the CDI spec's hooks (default: /usr/bin/nvidia-cdi-hook)")
-	fs.StringVar(&f.replicaPolicy, "replica-policy", string(plugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
-	fs.DurationVar(&f.healthRecovery, "health-recovery", plugin.DefaultHealthRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
+	fs.StringVar(&f.replicaPolicy, "replica-policy", string(deviceplugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
+	fs.DurationVar(&f.healthRecovery, "health-recovery", health.DefaultRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", nil, "XIDs that never mark a device unhealthy, on top of those NVIDIA's XID catalog resolves by restarting the application or with no action (docs/reliability.md)")
-	fs.StringVar(&f.mpsRoot, "mps-root", plugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
+	fs.StringVar(&f.mpsRoot, "mps-root", deviceplugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
 	fs.DurationVar(&f.mpsCheckInterval, "mps-check-interval", mps.DefaultCheckInterval, "period of the MPS control daemons' liveness check")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
 	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket "+dra.RegistrationSocketName+" goes")
 	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket "+dra.PluginSocketName+", which the kubelet calls to prepare claims")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir, "host directory for state that must survive a restart (unhealthy devices); created 0700 at start; empty disables persistence")
-	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the backstop check (stat and content hash) of the rules file and the feature file, which catches what file events miss")
+	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the file watcher's check (stat, and a content hash for files) of every watched file and directory (rules file, feature file, CDI spec, kubelet directories), which catches what inotify misses")
 	fs.DurationVar(&f.fileSettle, "file-settle", agent.DefaultFileSettle, "how long a changed rules file must stay unchanged before it is applied")
 	fs.DurationVar(&f.livenessTimeout, "liveness-timeout", agent.DefaultLivenessTimeout, "/healthz fails when the agent loop has made no progress for this long")
-	fs.StringVar(&f.owner, "owner", string(agent.OwnerDaemonSet), "what owns the NodeFeature, whose deletion removes it and its labels: daemonset (the agent's Pod and DaemonSet, from $POD_NAME: uninstalling removes it), pod, or node (it outlives featureplug)")
+	fs.StringVar(&f.owner, "owner", string(kube.OwnerDaemonSet), "what owns the NodeFeature, whose deletion removes it and its labels: daemonset (the agent's Pod and DaemonSet, from $POD_NAME: uninstalling removes it), pod, or node (it outlives featureplug)")
 	fs.BoolVar(&f.timestampLabel, "timestamp-label", false, "publish nvidia.com/gfd.timestamp as gpu-feature-discovery does; it changes at every resync, so every resync writes the NodeFeature")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -251,7 +252,7 @@ func (f *runFlags) kubeClients() (kube.Interface, error) {
 	default:
 		cfg, err = rest.InClusterConfig()
 		if err != nil {
-			if f.publish == string(agent.PublishNodeFeature) {
+			if f.publish == string(labeler.PublishNodeFeature) {
 				return nil, fmt.Errorf("--publish nodefeature needs an API server: not in a cluster (%v) and no --kubeconfig", err)
 			}
 			return nil, nil
@@ -280,13 +281,13 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		return err
 	}
 	defer src.Close()
-	if fake, ok := src.(*agent.FakeSource); ok && f.nodeName == "" {
+	if fake, ok := src.(*gpusource.Fake); ok && f.nodeName == "" {
 		f.nodeName = fake.Name()
 	}
 	// The machine type (nvidia.com/gpu.machine) comes from the host's DMI
 	// product name; a fake node has none.
 	var machine string
-	if _, fake := src.(*agent.FakeSource); !fake {
+	if _, fake := src.(*gpusource.Fake); !fake {
 		if machine, err = labeler.MachineType(labeler.DefaultMachineTypeFile); err != nil {
 			log.Debug("no machine type label", "err", err)
 		}
@@ -295,15 +296,6 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	strategies := make([]plugin.DeviceListStrategy, 0, len(f.deviceList))
-	for _, s := range f.deviceList {
-		strategies = append(strategies, plugin.DeviceListStrategy(s))
-	}
-	ignored := make([]uint64, len(f.ignoredXIDs))
-	for i, x := range f.ignoredXIDs {
-		ignored[i] = uint64(x)
-	}
-
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -316,15 +308,6 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 			}
 		}
 	}()
-
-	var newFileWatcher func() (*fsnotify.Watcher, error)
-	if os.Getenv(noInotifyEnv) == "1" {
-		newFileWatcher = func() (*fsnotify.Watcher, error) {
-			return nil, fmt.Errorf("couldn't initialize inotify: %w (%s=1)", syscall.EMFILE, noInotifyEnv)
-		}
-	}
-	stateDir := prepareStateDir(f.stateDir, log)
-	owner := f.ownerConfig(kubeClient)
 	driverRoot, mpsControl := f.src.driverRoot, f.mpsControl
 	if f.src.fakeNode != "" {
 		root, err := newFakeDriverRoot(f.src.driverRoot) // fakeroot.go
@@ -338,50 +321,11 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 		}
 		log.Info("fake driver root laid out", "driverRoot", driverRoot, "mpsControl", mpsControl)
 	}
-
-	a, err := agent.New(agent.Config{
-		NodeName:           f.nodeName,
-		Namespace:          f.namespace,
-		Source:             src,
-		Rules:              f.rules,
-		RulesEngine:        refuseSettingChanges(rulesengine.New(), cmd.Flags()),
-		DefaultServe:       plan.Serve(f.serve),
-		NodeLabels:         f.nodeLabels,
-		Publish:            agent.PublishMode(f.publish),
-		FeaturesFile:       f.featuresFile,
-		Labels:             labeler.LabelOptions{Machine: machine},
-		TimestampLabel:     f.timestampLabel,
-		Owner:              owner,
-		ResyncInterval:     f.resyncInterval,
-		RediscoverInterval: f.rediscoverInterval,
-		Rediscover:         rediscover,
-		Kube:               kubeClient,
-		Plugin: plugin.Options{
-			KubeletDir:           f.kubeletDir,
-			DeviceListStrategies: strategies,
-			DeviceIDStrategy:     plugin.DeviceIDStrategy(f.deviceID),
-			CDIKind:              f.cdiKind,
-			CDIAnnotationPrefix:  f.cdiPrefix,
-			ReplicaPolicy:        plugin.ReplicaPolicy(f.replicaPolicy),
-			HealthRecovery:       f.healthRecovery,
-			MPSRoot:              f.mpsRoot,
-			StateDir:             stateDir,
-		},
-		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: mpsControl, CheckInterval: f.mpsCheckInterval},
-		DRARegistryDir:    f.draRegistryDir,
-		DRAPluginDir:      f.draPluginDir,
-		CDI:               agent.CDIConfig{SpecDir: f.cdiSpecDir, DriverRoot: driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
-		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
-		FileCheckInterval: f.fileCheckInterval,
-		FileSettle:        f.fileSettle,
-		NewFileWatcher:    newFileWatcher,
-		LivenessTimeout:   f.livenessTimeout,
-		MetricsAddr:       f.metricsAddr,
-		Stdout:            cmd.OutOrStdout(),
-		Logger:            log,
-		PublishHold:       agent.DefaultPublishHold,
-		AfterStartup:      afterStartup,
-	})
+	cfg := f.agentConfig(src, kubeClient, machine, log)
+	cfg.RulesEngine = refuseSettingChanges(cfg.RulesEngine, cmd.Flags())
+	cfg.MPS.ControlBinary, cfg.CDI.DriverRoot = mpsControl, driverRoot
+	cfg.Rediscover, cfg.Stdout, cfg.AfterStartup = rediscover, cmd.OutOrStdout(), afterStartup
+	a, err := agent.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -390,6 +334,59 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	err = a.Run(cmd.Context())
 	log.Info("featureplug stopped")
 	return err
+}
+
+// agentConfig is the agent's configuration from the flags, for the GPU
+// source src and the API client kubeClient (nil without one).
+func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, machine string, log *slog.Logger) agent.Config {
+	strategies := make([]deviceplugin.DeviceListStrategy, 0, len(f.deviceList))
+	for _, s := range f.deviceList {
+		strategies = append(strategies, deviceplugin.DeviceListStrategy(s))
+	}
+	ignored := make([]uint64, len(f.ignoredXIDs))
+	for i, x := range f.ignoredXIDs {
+		ignored[i] = uint64(x)
+	}
+	return agent.Config{
+		NodeName:           f.nodeName,
+		Namespace:          f.namespace,
+		Source:             src,
+		Rules:              f.rules,
+		RulesEngine:        rulesengine.New(),
+		DefaultServe:       plan.Serve(f.serve),
+		NodeLabels:         f.nodeLabels,
+		Publish:            labeler.PublishMode(f.publish),
+		FeaturesFile:       f.featuresFile,
+		Labels:             labeler.LabelOptions{Machine: machine},
+		TimestampLabel:     f.timestampLabel,
+		Owner:              f.ownerConfig(kubeClient),
+		ResyncInterval:     f.resyncInterval,
+		RediscoverInterval: f.rediscoverInterval,
+		Kube:               kubeClient,
+		Plugin: deviceplugin.Options{
+			KubeletDir:           f.kubeletDir,
+			DeviceListStrategies: strategies,
+			DeviceIDStrategy:     deviceplugin.DeviceIDStrategy(f.deviceID),
+			CDIKind:              f.cdiKind,
+			CDIAnnotationPrefix:  f.cdiPrefix,
+			ReplicaPolicy:        deviceplugin.ReplicaPolicy(f.replicaPolicy),
+			MPSRoot:              f.mpsRoot,
+		},
+		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
+		DRARegistryDir:    f.draRegistryDir,
+		DRAPluginDir:      f.draPluginDir,
+		CDI:               cdi.DriverConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
+		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
+		FileCheckInterval: f.fileCheckInterval,
+		FileSettle:        f.fileSettle,
+		NoInotify:         os.Getenv(noInotifyEnv) == "1",
+		HealthRecovery:    f.healthRecovery,
+		StateDir:          prepareStateDir(f.stateDir, log),
+		LivenessTimeout:   f.livenessTimeout,
+		MetricsAddr:       f.metricsAddr,
+		Logger:            log,
+		PublishHold:       agent.DefaultPublishHold,
+	}
 }
 
 // prepareStateDir creates the state directory (0700) and returns it, or

@@ -8,6 +8,7 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
+	"github.com/featureplug/featureplug/discovery/gpusource"
 )
 
 // sourceFlags select where GPUs are read from: the real NVML library or a
@@ -46,13 +47,13 @@ func bundledNodeList() string {
 // NVML library. The caller must Close it.
 func (s sourceFlags) open() (agent.GPUSource, error) {
 	if s.fakeNode != "" {
-		var opts []agent.FakeOption
+		var opts []gpusource.FakeOption
 		if s.sysfsRoot != "" && s.sysfsRoot != "/" {
-			opts = append(opts, agent.WithFakeSysfsRoot(s.sysfsRoot))
+			opts = append(opts, gpusource.WithFakeSysfsRoot(s.sysfsRoot))
 		}
-		return agent.OpenFake(s.fakeNode, opts...)
+		return gpusource.OpenFake(s.fakeNode, opts...)
 	}
-	return agent.OpenReal(discovery.NVMLOptions{LibraryPath: s.nvmlLibrary, DriverRoot: s.driverRoot}, s.sysfsRoot)
+	return gpusource.OpenReal(discovery.NVMLOptions{LibraryPath: s.nvmlLibrary, DriverRoot: s.driverRoot}, s.sysfsRoot)
 }
 
 // discoverInventory opens the source, reads the Inventory once, with the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform"
 	transformroot "github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform/root"
@@ -30,27 +29,6 @@ type NVCDI struct {
 }
 
 var _ Generator = (*NVCDI)(nil)
-
-// NVCDIOptions configure NewNVCDI.
-type NVCDIOptions struct {
-	// NVML is the initialized NVML the agent discovers with.
-	NVML nvml.Interface
-	// DriverRoot is the root of the driver installation ("/" or a driver
-	// container's root such as /run/nvidia/driver).
-	DriverRoot string
-	// DevRoot is the root of the device nodes (default DriverRoot).
-	DevRoot string
-	// HostDriverRoot is where DriverRoot is on the host, which is what the
-	// spec's host paths must name: "/" when the agent sees the host's root
-	// at DriverRoot (say /host). Default: DriverRoot (mounted at the same
-	// path).
-	HostDriverRoot string
-	// HookPath is the nvidia-cdi-hook the specs' hooks run, as a host
-	// path (default: nvcdi's, /usr/bin/nvidia-cdi-hook).
-	HookPath string
-	// Logger receives nvcdi's messages (default: discarded).
-	Logger *slog.Logger
-}
 
 // NewNVCDI returns a generator over nvcdi in its NVML mode.
 func NewNVCDI(o NVCDIOptions) (*NVCDI, error) {
@@ -135,3 +113,8 @@ func (a slogAdapter) Tracef(f string, args ...any)   { a.log.Debug(fmt.Sprintf(f
 func (a slogAdapter) Infof(f string, args ...any)    { a.log.Debug(fmt.Sprintf(f, args...)) }
 func (a slogAdapter) Warningf(f string, args ...any) { a.log.Debug(fmt.Sprintf(f, args...)) }
 func (a slogAdapter) Errorf(f string, args ...any)   { a.log.Error(fmt.Sprintf(f, args...)) }
+
+// NewNVCDIGenerator returns the Generator of real GPUs: nvcdi. A binary
+// built with -tags nonvcdi leaves nvcdi (and its dependencies) out, and
+// fails here instead (nonvcdi.go).
+func NewNVCDIGenerator(o NVCDIOptions) (Generator, error) { return NewNVCDI(o) }

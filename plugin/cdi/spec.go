@@ -9,7 +9,9 @@
 // driver, or Root, which reads a driver root laid out in files (the fake
 // node's, see fakenode.WriteDriverRoot) and gives specs of the same shape.
 // Build assembles the spec; a Writer writes it atomically and removes the
-// spec files featureplug wrote before and no longer needs.
+// spec files featureplug wrote before and no longer needs. Sink is the
+// agent's output over them: the spec of the plan served, restored when it
+// is removed or edited behind the agent's back.
 package cdi
 
 import (

@@ -13,16 +13,13 @@ import (
 	"sigs.k8s.io/yaml"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/featureplug/featureplug/discovery/statedir"
 )
 
 // DefaultSpecDir is where container runtimes look for dynamically made
 // CDI specs.
 const DefaultSpecDir = "/var/run/cdi"
-
-// tempPattern names the temporary files of Writer: a leading dot and no
-// .yaml/.json suffix, so a runtime scanning the directory never loads a
-// half-written spec.
-const tempPattern = "." + filePrefix + "*.tmp"
 
 // Writer writes featureplug's spec files into one directory.
 type Writer struct {
@@ -68,32 +65,17 @@ func (w Writer) Write(kind string, spec *specs.Spec) (bool, error) {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return false, nil
 	}
-	if err := os.MkdirAll(w.dir(), 0o755); err != nil {
-		return false, fmt.Errorf("CDI spec directory: %w", err)
+	// The temporary file (statedir.WriteFile: a leading dot, no
+	// .yaml/.json suffix, so a runtime scanning the directory never loads
+	// it) must load as a spec before it replaces the old one.
+	verify := func(tmp string) error {
+		if _, err := cdiapi.ReadSpec(tmp, 0); err != nil {
+			return fmt.Errorf("the CDI spec does not load: %w", err)
+		}
+		return nil
 	}
-	tmp, err := os.CreateTemp(w.dir(), tempPattern)
-	if err != nil {
-		return false, fmt.Errorf("CDI spec %s: %w", path, err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op after the rename
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return false, fmt.Errorf("writing CDI spec %s: %w", tmp.Name(), err)
-	}
-	if _, err := cdiapi.ReadSpec(tmp.Name(), 0); err != nil {
-		return false, fmt.Errorf("CDI spec for %s does not load: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return false, fmt.Errorf("replacing CDI spec: %w", err)
+	if err := statedir.WriteFile(path, data, 0o644, verify); err != nil {
+		return false, fmt.Errorf("writing CDI spec: %w", err)
 	}
 	return true, nil
 }

@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/featureplug/featureplug/plugin/statefile"
+	"github.com/featureplug/featureplug/discovery/statedir"
 )
 
 // CheckpointFile is the name of the prepared-claims checkpoint in the
 // state directory.
-const CheckpointFile = "dra-claims.json"
+const CheckpointFile = statedir.DRAClaimsFile
 
 // corruptSuffix is added to the name of a checkpoint that cannot be
 // parsed when it is moved aside; a later corrupt file replaces it.
@@ -81,7 +80,7 @@ func newCheckpoint(stateDir string) *checkpoint {
 	if stateDir == "" {
 		return nil
 	}
-	return &checkpoint{path: filepath.Join(stateDir, CheckpointFile)}
+	return &checkpoint{path: statedir.Dir(stateDir).Path(CheckpointFile)}
 }
 
 // errCorrupt marks a checkpoint whose content is unusable (as opposed to
@@ -178,5 +177,5 @@ func (c *checkpoint) write(claims map[string]PreparedClaim) error {
 		return fmt.Errorf("encoding %s: %w", c.path, err)
 	}
 	data = append(data, '\n')
-	return statefile.Write(c.path, data)
+	return statedir.WriteFile(c.path, data, statedir.Private, nil)
 }

@@ -9,18 +9,17 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/featureplug/featureplug/plugin/fswatch"
+	"github.com/featureplug/featureplug/discovery/fswatch"
 )
 
 // Host paths of the kubelet side of the driver.
@@ -35,9 +34,6 @@ const (
 	// PluginSocketName is the name of the DRA service's socket in the
 	// plugin directory.
 	PluginSocketName = "dra.sock"
-	// DefaultSocketCheck is how often the sockets are checked besides
-	// watching their directories.
-	DefaultSocketCheck = 3 * time.Second
 )
 
 // Request limits of the DRA service.
@@ -60,11 +56,13 @@ const (
 	maxSocketPath = 107
 )
 
-// ClaimGetter reads ResourceClaims from the API server.
-type ClaimGetter interface {
-	// Get returns the claim, or an error that apierrors.IsNotFound
-	// recognizes when it does not exist.
-	Get(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
+// ResourceClaims reads the ResourceClaims (resource.k8s.io/v1) of one
+// namespace: the part of client-go's typed ResourceClaimInterface the
+// driver uses, which that interface and the agent's API client satisfy.
+// Get returns an error that apierrors.IsNotFound recognizes for a claim
+// that does not exist.
+type ResourceClaims interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourceapi.ResourceClaim, error)
 }
 
 // NodeOptions configure a Node.
@@ -81,12 +79,13 @@ type NodeOptions struct {
 	// keeps prepared claims in memory only, so a restart forgets them.
 	StateDir string
 	// Claims reads ResourceClaims; required.
-	Claims ClaimGetter
+	Claims func(namespace string) ResourceClaims
 	// Table returns the devices the DRA sink publishes now; required.
 	Table func() *Table
-	// SocketCheck is the period of the check behind the directory
-	// watches (default DefaultSocketCheck).
-	SocketCheck time.Duration
+	// Watcher watches the two directories (default: a watcher of the
+	// Node's own, run by Run); its periodic check catches what events
+	// miss.
+	Watcher *fswatch.Watcher
 	// Logger receives the logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer takes the metrics; nil keeps them unregistered.
@@ -146,9 +145,6 @@ func NewNode(opts NodeOptions) (*Node, error) {
 	}
 	if opts.PluginDir == "" {
 		opts.PluginDir = DefaultPluginDir
-	}
-	if opts.SocketCheck <= 0 {
-		opts.SocketCheck = DefaultSocketCheck
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -211,8 +207,8 @@ func (n *Node) PluginSocket() string { return n.draPath }
 
 // Run serves both sockets until ctx ends: the DRA service first, so that
 // it answers when the kubelet learns of it from the registration socket.
-// The two directories are watched, and checked every SocketCheck: a
-// socket deleted or replaced is made again (the plugin directory too; the
+// The two directories are watched (Options.Watcher): a socket deleted or
+// replaced is made again (the plugin directory too; the
 // registry directory belongs to the kubelet and is waited for). Run
 // returns nil when ctx ends, after removing its sockets, or an error at
 // once when a socket cannot be made at start; it may then be run again.
@@ -234,54 +230,20 @@ func (n *Node) Run(ctx context.Context) error {
 	n.log.Info("serving the DRA driver to the kubelet", "driver", DriverName,
 		"registrationSocket", n.regPath, "pluginSocket", n.draPath, "services", supportedServices)
 
-	watch := func(string) {}
-	w, err := fsnotify.NewWatcher()
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	if err != nil {
-		n.log.Warn("no file-system watcher for the DRA sockets; checking them periodically instead",
-			"interval", n.opts.SocketCheck, "err", err)
-	} else {
-		// Errors through fswatch: this loop also calls Add.
-		events, errs = w.Events, fswatch.Errors(w)
-		defer func() { _ = w.Close() }()
-		watch = func(dir string) {
-			if err := w.Add(dir); err != nil && dirExists(dir) {
-				n.log.Warn("cannot watch a DRA socket directory; checking it periodically", "dir", dir, "err", err)
-			}
-		}
+	w := n.opts.Watcher
+	if w == nil {
+		w = fswatch.New(fswatch.Options{Logger: n.log})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = w.Run(ctx)
+		}()
+		defer func() { <-done }()
 	}
-	watchAll := func() {
-		watch(n.opts.PluginDir)
-		watch(n.opts.RegistryDir)
-	}
-	watchAll()
-	tick := time.NewTicker(n.opts.SocketCheck)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-events:
-			if !ok {
-				return errors.New("DRA node server: file-system watcher closed")
-			}
-			if n.concerns(ev.Name) {
-				n.check(watch)
-			}
-		case err, ok := <-errs:
-			if !ok {
-				return errors.New("DRA node server: file-system watcher closed")
-			}
-			n.log.Warn("file-system watcher error; checking the DRA sockets", "err", err)
-			n.check(watch)
-		case <-tick.C:
-			n.check(watch)
-			// A directory made again needs a new watch; adding the watch
-			// of a watched directory again changes nothing.
-			watchAll()
-		}
-	}
+	defer w.Dir(n.opts.PluginDir, "DRA plugin directory", n.check, nil)()
+	defer w.Dir(n.opts.RegistryDir, "kubelet plugin registry directory", n.check, nil)()
+	<-ctx.Done()
+	return nil
 }
 
 // startLocked makes both directories and sockets.
@@ -300,17 +262,11 @@ func (n *Node) startLocked() error {
 	return nil
 }
 
-// concerns reports whether a file-system event's path may be one of the
-// sockets or directories.
-func (n *Node) concerns(name string) bool {
-	return name == n.draPath || name == n.regPath || name == n.opts.PluginDir || name == n.opts.RegistryDir
-}
-
 // check makes again a socket that was deleted or replaced: the DRA
 // service's (with its directory), and the registration socket while the
-// registry directory exists; watch asks for the watch of a directory a
-// socket was made again in.
-func (n *Node) check(watch func(dir string)) {
+// registry directory exists. The file watcher calls it after a change in
+// either directory and at every periodic check.
+func (n *Node) check(bool) {
 	n.sockMu.Lock()
 	defer n.sockMu.Unlock()
 	if !n.running {
@@ -324,7 +280,6 @@ func (n *Node) check(watch func(dir string)) {
 			n.log.Error("making the DRA service socket again", "socket", n.draPath, "err", err)
 		} else {
 			n.metrics.socketStarts.WithLabelValues(n.dra.name).Inc()
-			watch(n.opts.PluginDir)
 		}
 	}
 	if n.reg.present() {
@@ -346,7 +301,6 @@ func (n *Node) check(watch func(dir string)) {
 		return
 	}
 	n.metrics.socketStarts.WithLabelValues(n.reg.name).Inc()
-	watch(n.opts.RegistryDir)
 }
 
 // shutdown stops both servers and removes their sockets (the registration
@@ -383,8 +337,9 @@ type socket struct {
 	register func(*grpc.Server)
 
 	srv *grpc.Server
-	// info is the socket file as made, to tell it from a replacement.
-	info os.FileInfo
+	// id is the socket file as made, to tell it from a replacement (by
+	// inode and change time).
+	id fswatch.ID
 }
 
 // start removes whatever is at the path and serves a new gRPC server
@@ -406,15 +361,15 @@ func (s *socket) start() error {
 	// The file is removed by stop, and only while it is still this one:
 	// the listener must not remove a socket made again at the same path.
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	info, err := os.Lstat(s.path)
-	if err != nil {
+	id, ok := fswatch.Identify(s.path)
+	if !ok {
 		_ = ln.Close()
-		return fmt.Errorf("DRA %s socket: %w", s.name, err)
+		return fmt.Errorf("DRA %s socket: %s vanished as it was made", s.name, s.path)
 	}
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxRequestBytes))
 	s.register(srv)
 	go func() { _ = srv.Serve(ln) }() // returns once srv is stopped
-	s.srv, s.info = srv, info
+	s.srv, s.id = srv, id
 	return nil
 }
 
@@ -434,11 +389,11 @@ func (s *socket) restart() error {
 // present reports whether the socket file made last is still at the
 // path.
 func (s *socket) present() bool {
-	if s.info == nil {
+	if s.id == (fswatch.ID{}) {
 		return false
 	}
-	st, err := os.Lstat(s.path)
-	return err == nil && os.SameFile(st, s.info)
+	id, ok := fswatch.Identify(s.path)
+	return ok && id == s.id
 }
 
 // stop stops the server and removes its socket if it is still the one it
@@ -451,7 +406,7 @@ func (s *socket) stop() {
 	if s.present() {
 		_ = os.Remove(s.path)
 	}
-	s.srv, s.info = nil, nil
+	s.srv, s.id = nil, fswatch.ID{}
 }
 
 // dirExists reports whether path is a directory.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 )
 
@@ -51,7 +52,7 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 	n.mu.Unlock()
 	fetched := make(map[string]fetchedClaim, len(todo))
 	for _, c := range todo {
-		obj, err := n.opts.Claims.Get(ctx, c.GetNamespace(), c.GetName())
+		obj, err := n.opts.Claims(c.GetNamespace()).Get(ctx, c.GetName(), metav1.GetOptions{})
 		fetched[c.GetUid()] = fetchedClaim{obj, err}
 	}
 
@@ -70,7 +71,7 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 		}
 		f, ok := fetched[uid]
 		if !ok { // unprepared by a concurrent call since the first look
-			obj, err := n.opts.Claims.Get(ctx, c.GetNamespace(), c.GetName())
+			obj, err := n.opts.Claims(c.GetNamespace()).Get(ctx, c.GetName(), metav1.GetOptions{})
 			f = fetchedClaim{obj, err}
 		}
 		pc, err := n.prepare(c, f, table)

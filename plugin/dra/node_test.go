@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/featureplug/featureplug/discovery/fswatch"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"log/slog"
 	"os"
@@ -37,7 +38,8 @@ const nodeTestNode = "node-a"
 // nodeTestTimeout bounds every wait of these tests.
 const nodeTestTimeout = 30 * time.Second
 
-// nodeClaims is a ClaimGetter over a map, counting its calls.
+// nodeClaims is the ResourceClaims of every namespace over a map,
+// counting its calls.
 type nodeClaims struct {
 	mu     sync.Mutex
 	claims map[string]*resourceapi.ResourceClaim // by namespace/name
@@ -45,7 +47,21 @@ type nodeClaims struct {
 	gets   int
 }
 
-func (c *nodeClaims) Get(_ context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+// in returns the ResourceClaims of namespace (NodeOptions.Claims).
+func (c *nodeClaims) in(namespace string) ResourceClaims { return nodeClaimsIn{c, namespace} }
+
+// nodeClaimsIn is nodeClaims in one namespace.
+type nodeClaimsIn struct {
+	c         *nodeClaims
+	namespace string
+}
+
+// Get implements ResourceClaims.
+func (n nodeClaimsIn) Get(ctx context.Context, name string, _ metav1.GetOptions) (*resourceapi.ResourceClaim, error) {
+	return n.c.get(ctx, n.namespace, name)
+}
+
+func (c *nodeClaims) get(_ context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gets++
@@ -144,6 +160,24 @@ func (l *nodeLogBuffer) String() string {
 	return l.b.String()
 }
 
+// runWatcher runs a file watcher checking every interval until the test
+// ends, for a Node given it in NodeOptions.Watcher.
+func runWatcher(t *testing.T, interval time.Duration) *fswatch.Watcher {
+	t.Helper()
+	w := fswatch.New(fswatch.Options{Interval: interval})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return w
+}
+
 // newNodeEnv makes a Node (not yet running) in fresh directories, or in
 // stateDir's when it is not empty.
 func newNodeEnv(t *testing.T, stateDir string, claims *nodeClaims, table func() *Table) *nodeEnv {
@@ -158,7 +192,7 @@ func newNodeEnv(t *testing.T, stateDir string, claims *nodeClaims, table func() 
 	}
 	n, err := NewNode(NodeOptions{
 		NodeName: nodeTestNode, RegistryDir: e.regDir, PluginDir: e.plugDir, StateDir: stateDir,
-		Claims: claims, Table: table, SocketCheck: 20 * time.Millisecond,
+		Claims: claims.in, Table: table, Watcher: runWatcher(t, 20*time.Millisecond),
 		Logger:     slog.New(slog.NewTextHandler(e.logs, nil)),
 		Registerer: e.reg,
 	})
@@ -783,7 +817,7 @@ func BenchmarkNodePrepareUnprepare(b *testing.B) {
 	defer func() { _ = os.RemoveAll(dir) }()
 	n, err := NewNode(NodeOptions{
 		NodeName: nodeTestNode, RegistryDir: filepath.Join(dir, "reg"), PluginDir: filepath.Join(dir, "plug"),
-		StateDir: filepath.Join(dir, "state"), Claims: claims, Table: nodeTable,
+		StateDir: filepath.Join(dir, "state"), Claims: claims.in, Table: nodeTable,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -28,10 +29,14 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// SliceClient reads, watches and writes ResourceSlices: the part of
-// client-go's typed ResourceSliceInterface the Publisher uses (the agent's
-// kube.ResourceSlices satisfies it).
-type SliceClient interface {
+// ResourceSlices reads, watches and writes ResourceSlices
+// (resource.k8s.io/v1, cluster-scoped): the part of client-go's typed
+// ResourceSliceInterface featureplug uses, which that interface and the
+// agent's API client satisfy. The Publisher lists and watches with the
+// field selectors spec.nodeName and spec.driver, so it sees only its own
+// node's slices.
+type ResourceSlices interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourceapi.ResourceSlice, error)
 	List(ctx context.Context, opts metav1.ListOptions) (*resourceapi.ResourceSliceList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Create(ctx context.Context, slice *resourceapi.ResourceSlice, opts metav1.CreateOptions) (*resourceapi.ResourceSlice, error)
@@ -39,17 +44,9 @@ type SliceClient interface {
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
 }
 
-// NodeGetter reads the Node the slice belongs to (its UID for the owner
-// reference); client-go's NodeInterface satisfies it.
-type NodeGetter interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error)
-}
-
-// Default retry delays of the Publisher.
-const (
-	DefaultPublishBackoff    = 500 * time.Millisecond
-	DefaultPublishBackoffMax = 20 * time.Second
-)
+// DefaultPublishBackoff paces the Publisher's retries after an API error:
+// 0.5 s, doubling to 20 s, each lengthened by up to half.
+var DefaultPublishBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: 20 * time.Second}
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
@@ -57,9 +54,10 @@ type PublisherConfig struct {
 	// the owner of the slice.
 	NodeName string
 	// Slices is the API client of ResourceSlices.
-	Slices SliceClient
-	// Nodes reads the Node for its UID.
-	Nodes NodeGetter
+	Slices ResourceSlices
+	// Node reads the Node the slice belongs to (its UID for the owner
+	// reference).
+	Node func(ctx context.Context) (*corev1.Node, error)
 	// WatchListClient, when set, is asked whether the client can stream
 	// lists (client-go's fake clientset cannot); see
 	// cache.ToListWatcherWithWatchListSemantics.
@@ -73,12 +71,9 @@ type PublisherConfig struct {
 	// served through DRA would then stay; the agent sets Active when its
 	// state directory says an earlier run published one (its sliceMarker).
 	Active bool
-	// Backoff and BackoffMax are the first and the longest delay between
-	// retries after an API error (defaults DefaultPublishBackoff and
-	// DefaultPublishBackoffMax); each is jittered by up to Jitter (a
-	// fraction, default 0.5).
-	Backoff, BackoffMax time.Duration
-	Jitter              float64
+	// Backoff paces the retries after an API error (default
+	// DefaultPublishBackoff).
+	Backoff wait.Backoff
 	// OnWrite is called after each write ("create", "update", "delete").
 	OnWrite func(op string)
 	// OnSync is called after each sync with its error (nil: the API
@@ -130,17 +125,11 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.NodeName == "" {
 		return nil, errors.New("DRA publisher: no node name")
 	}
-	if cfg.Slices == nil || cfg.Nodes == nil {
+	if cfg.Slices == nil || cfg.Node == nil {
 		return nil, errors.New("DRA publisher: no API client")
 	}
-	if cfg.Backoff <= 0 {
+	if cfg.Backoff.Duration <= 0 {
 		cfg.Backoff = DefaultPublishBackoff
-	}
-	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = DefaultPublishBackoffMax
-	}
-	if cfg.Jitter <= 0 {
-		cfg.Jitter = 0.5
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -212,7 +201,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait() // the watch ends with ctx
 	watching := false
-	delay := time.Duration(0)
+	backoff := p.cfg.Backoff
 	var retry <-chan time.Time
 	for {
 		select {
@@ -238,26 +227,16 @@ func (p *Publisher) Run(ctx context.Context) error {
 			p.cfg.OnSync(err)
 		}
 		if err == nil {
-			delay = 0
+			backoff = p.cfg.Backoff
 			continue
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		delay = p.nextDelay(delay)
+		delay := backoff.Step()
 		p.log.Warn("publishing the ResourceSlice failed; keeping the last state and retrying", "slice", p.name, "retryIn", delay.Round(time.Millisecond), "err", err)
 		retry = time.After(delay)
 	}
-}
-
-// nextDelay doubles prev (the first delay is Backoff), caps it at
-// BackoffMax and adds jitter.
-func (p *Publisher) nextDelay(prev time.Duration) time.Duration {
-	d := p.cfg.Backoff
-	if prev > 0 {
-		d = min(2*prev, p.cfg.BackoffMax)
-	}
-	return min(wait.Jitter(d, p.cfg.Jitter), time.Duration(float64(p.cfg.BackoffMax)*(1+p.cfg.Jitter)))
 }
 
 // selector selects the node's slices of the driver.
@@ -435,7 +414,7 @@ func (p *Publisher) ownedByNode(s *resourceapi.ResourceSlice) bool {
 
 // readNodeUID reads the Node's UID for the owner reference.
 func (p *Publisher) readNodeUID(ctx context.Context) error {
-	n, err := p.cfg.Nodes.Get(ctx, p.cfg.NodeName, metav1.GetOptions{})
+	n, err := p.cfg.Node(ctx)
 	if err != nil {
 		return fmt.Errorf("reading Node %s for the ResourceSlice's owner: %w", p.cfg.NodeName, err)
 	}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -127,8 +128,11 @@ func startPublisherWith(t *testing.T, active bool, setup func(*Publisher), objs 
 		return true, w, nil
 	})
 	p, err := NewPublisher(PublisherConfig{
-		NodeName: pubNode, Slices: cs.ResourceV1().ResourceSlices(), Nodes: cs.CoreV1().Nodes(), WatchListClient: cs,
-		Active: active, Backoff: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		NodeName: pubNode, Slices: cs.ResourceV1().ResourceSlices(), WatchListClient: cs,
+		Node: func(ctx context.Context) (*corev1.Node, error) {
+			return cs.CoreV1().Nodes().Get(ctx, pubNode, metav1.GetOptions{})
+		},
+		Active: active, Backoff: wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 5 * time.Millisecond},
 		OnWrite: rec.onWrite, OnSync: rec.onSync,
 	})
 	if err != nil {
@@ -153,7 +157,7 @@ func startPublisherWith(t *testing.T, active bool, setup func(*Publisher), objs 
 // ones tainted.
 func pubDevices(t *testing.T, bad Unhealthy) []resourceapi.Device {
 	t.Helper()
-	return mustBuild(t, sliceInventory(), slicePlan(), withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) { o.Default = plan.ServeDRA; o.Unhealthy = bad })).Devices
+	return mustBuild(t, sliceInventory(), slicePlan().WithServeDefault(plan.ServeDRA), withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) { o.Unhealthy = bad })).Devices
 }
 
 func (h *pubHarness) slice(t *testing.T, name string) *resourceapi.ResourceSlice {

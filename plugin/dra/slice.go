@@ -84,10 +84,6 @@ type Build struct {
 // BuildOptions say which resources the DRA sink serves and how it names
 // their CDI devices.
 type BuildOptions struct {
-	// Default is the agent's API for resources whose rules did not choose
-	// (--serve); the sink takes the resources plan.Resource.ServedBy
-	// gives as plan.ServeDRA.
-	Default plan.Serve
 	// CDIKind is the "vendor/class" of the CDI spec the agent writes, and
 	// CDIName names a device in it (plugin/cdi's Options.DeviceName, so
 	// that the IDs are the spec's by construction; nil: the device ID). A
@@ -98,22 +94,21 @@ type BuildOptions struct {
 	CDIName func(plan.Device) string
 	// Unhealthy are the devices held unhealthy; they carry TaintUnhealthy.
 	Unhealthy Unhealthy
-	// Withhold, when set, says which DRA resources to leave out of the
-	// slice and the Table for now: the agent withholds an MPS resource
-	// until its control daemon is up, as the device plugin advertises it
-	// only then.
-	Withhold func(*plan.Resource) bool
+	// Default is the API of the resources whose rules did not choose one,
+	// for a plan not resolved yet (plan.WithServeDefault); the agent's
+	// sinks get resolved plans and leave it empty.
+	Default plan.Serve
 }
 
-// DRAResources returns the resources of p served through DRA, in plan
-// order.
-func DRAResources(p *plan.Plan, def plan.Serve) []*plan.Resource {
+// DRAResources returns the resources of p served through DRA, held back
+// or not, in plan order.
+func DRAResources(p *plan.Plan) []*plan.Resource {
 	if p == nil {
 		return nil
 	}
 	var out []*plan.Resource
 	for i := range p.Resources {
-		if p.Resources[i].ServedBy(def) == plan.ServeDRA {
+		if p.Resources[i].Serve == plan.ServeDRA {
 			out = append(out, &p.Resources[i])
 		}
 	}
@@ -130,12 +125,16 @@ func DRAResources(p *plan.Plan, def plan.Serve) []*plan.Resource {
 // by default, and only one when the rule fails requests greater than one,
 // which MPS always does); its other capacities are consumed only when a
 // claim asks for them. An unhealthy device carries the NoSchedule taint
-// TaintUnhealthy. The resources o.Withhold names are left out.
+// TaintUnhealthy. Resources held back (plan.Resource.Held: an MPS
+// resource whose control daemon is not up) are left out.
 //
 // It fails, naming the resource and rule, for a device that is not in inv
 // or that would carry more attributes and capacities than resource.k8s.io
 // allows, or for more than MaxDevices devices.
 func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, error) {
+	if o.Default != "" {
+		p = p.WithServeDefault(o.Default)
+	}
 	vendor, class := parser.ParseQualifier(o.CDIKind)
 	if err := parser.ValidateVendorName(vendor); err != nil {
 		return Build{}, fmt.Errorf("CDI kind %q: %w", o.CDIKind, err)
@@ -161,8 +160,8 @@ func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, 
 		errs  []error
 		seen  = map[string]string{}
 	)
-	for _, r := range DRAResources(p, o.Default) {
-		if o.Withhold != nil && o.Withhold(r) {
+	for _, r := range DRAResources(p) {
+		if r.Held != "" {
 			continue
 		}
 		for _, d := range r.Devices {
@@ -279,9 +278,10 @@ func sliceDevice(schema *draattr.Schema, inv *discovery.Inventory, gpu *discover
 }
 
 // sharedByClaims reports whether a device of sharing s is shared between
-// claims as consumable capacity: time-slicing and MPS (whose control
-// daemon the agent runs for the resource, and whose client limits the
-// device's CDI spec entry carries).
+// claims as consumable capacity: a strategy of the table that shares a
+// device (time-slicing; MPS, whose control daemon the agent runs for the
+// resource, and whose client limits the device's CDI spec entry carries).
 func sharedByClaims(s plan.Sharing) bool {
-	return s.Strategy == plan.SharingTimeSlicing || s.Strategy == plan.SharingMPS
+	spec, ok := s.Spec()
+	return ok && spec.Shares
 }

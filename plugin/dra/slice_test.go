@@ -101,7 +101,7 @@ func mustBuild(t *testing.T, inv *discovery.Inventory, p *plan.Plan, o BuildOpti
 
 func TestBuildSliceWholeGPUAndMIG(t *testing.T) {
 	inv := sliceInventory()
-	b := mustBuild(t, inv, slicePlan(), withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) { o.Default = plan.ServeDRA }))
+	b := mustBuild(t, inv, slicePlan().WithServeDefault(plan.ServeDRA), sliceOpts(sliceCDI))
 
 	// Hand-written: the names, the facts a class selects on, and that
 	// nothing else is published (GPU 2 is the device plugin's).
@@ -156,7 +156,7 @@ func TestBuildSliceWholeGPUAndMIG(t *testing.T) {
 }
 
 func TestBuildSliceDefaultDevicePluginTakesOnlyExplicitDRA(t *testing.T) {
-	b := mustBuild(t, sliceInventory(), slicePlan(), withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) { o.Default = plan.ServeDevicePlugin }))
+	b := mustBuild(t, sliceInventory(), slicePlan().WithServeDefault(plan.ServeDevicePlugin), sliceOpts(sliceCDI))
 	if got := deviceNames(b.Devices); len(got) != 1 || got[0] != "gpu-0a1b2c3d-0000-0000-0000-000000000000" {
 		t.Errorf("devices %v, want only GPU 0 (serve: dra)", got)
 	}
@@ -173,7 +173,7 @@ func TestBuildSliceTable(t *testing.T) {
 		{cdi.Options{Kind: "nvidia.com/gpu"}, "nvidia.com/gpu=" + sliceGPU0, "nvidia.com/gpu=" + sliceMIG},
 		{cdi.Options{Kind: "example.com/dev", ByIndex: true}, "example.com/dev=0", "example.com/dev=1:0"},
 	} {
-		b := mustBuild(t, sliceInventory(), slicePlan(), withOpts(sliceOpts(tt.opts), func(o *BuildOptions) { o.Default = plan.ServeDRA }))
+		b := mustBuild(t, sliceInventory(), slicePlan().WithServeDefault(plan.ServeDRA), sliceOpts(tt.opts))
 		for name, want := range map[string]struct{ cdi, resource, rule string }{
 			"gpu-0a1b2c3d-0000-0000-0000-000000000000": {tt.gpu, "example.com/a100-80gb", "a100"},
 			"mig-5e6f7a8b-0000-0000-0000-000000000000": {tt.mig, "nvidia.com/mig-1g.10gb", "mig"},
@@ -250,7 +250,7 @@ func TestBuildSliceUnhealthy(t *testing.T) {
 		{"another MIG device of the parent", Unhealthy{"MIG-ffffffff-0000-0000-0000-000000000000": "xid-94"}, map[string]string{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := mustBuild(t, inv, slicePlan(), withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) { o.Default = plan.ServeDRA; o.Unhealthy = tt.bad }))
+			b := mustBuild(t, inv, slicePlan().WithServeDefault(plan.ServeDRA), withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) { o.Unhealthy = tt.bad }))
 			if len(b.Devices) != 2 {
 				t.Fatalf("devices %v, want 2: an unhealthy device stays in the slice", deviceNames(b.Devices))
 			}
@@ -300,7 +300,7 @@ func TestBuildSliceErrors(t *testing.T) {
 		want string
 	}{
 		{"device not in the inventory", gone, sliceOpts(sliceCDI), "resource example.com/a (rule a): device GPU-99999999-0000-0000-0000-000000000000 is not in the inventory"},
-		{"bad CDI kind", slicePlan(), withOpts(sliceOpts(cdi.Options{Kind: "nvidia.com"}), func(o *BuildOptions) { o.Default = plan.ServeDRA }), `CDI kind "nvidia.com"`},
+		{"bad CDI kind", slicePlan().WithServeDefault(plan.ServeDRA), sliceOpts(cdi.Options{Kind: "nvidia.com"}), `CDI kind "nvidia.com"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := BuildSlice(inv, tt.p, tt.o)
@@ -312,7 +312,7 @@ func TestBuildSliceErrors(t *testing.T) {
 }
 
 // TestBuildSliceMPSWithheld: an MPS resource served through DRA is in the
-// slice and the Table unless Withhold names it (its control daemon is not
+// slice and the Table unless it is held back (its control daemon is not
 // up); the other resources stay; MPS served by the device plugin is no
 // concern of DRA's.
 func TestBuildSliceMPSWithheld(t *testing.T) {
@@ -331,25 +331,16 @@ func TestBuildSliceMPSWithheld(t *testing.T) {
 	if d, ok := b.Table.Lookup(gpuName); !ok || d.Sharing.Strategy != plan.SharingMPS {
 		t.Errorf("MPS daemon up: table entry %+v (found %v), want the MPS device", d, ok)
 	}
-	var asked []string
-	b = mustBuild(t, inv, p, withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) {
-		o.Withhold = func(r *plan.Resource) bool {
-			asked = append(asked, r.Name)
-			return r.Sharing.Strategy == plan.SharingMPS
-		}
-	}))
+	b = mustBuild(t, inv, p.WithHeld(map[string]string{"example.com/mps": "daemon starting"}), sliceOpts(sliceCDI))
 	if got := deviceNames(b.Devices); !slices.Equal(got, []string{migName}) {
 		t.Errorf("MPS daemon down: devices %v, want only [%s]", got, migName)
 	}
 	if _, ok := b.Table.Lookup(gpuName); ok || b.Table.Len() != 1 {
 		t.Errorf("MPS daemon down: the withheld device is in the table (%d devices)", b.Table.Len())
 	}
-	if !slices.Equal(asked, []string{"example.com/mps", "nvidia.com/mig-1g.10gb"}) {
-		t.Errorf("Withhold asked about %v, want the DRA resources", asked)
-	}
 	// MPS served by the device plugin is no concern of DRA's.
 	p.Resources[0].Serve = plan.ServeDevicePlugin
-	if b, err := BuildSlice(inv, p, withOpts(sliceOpts(sliceCDI), func(o *BuildOptions) { o.Default = plan.ServeDRA })); err != nil || len(b.Devices) != 1 {
+	if b, err := BuildSlice(inv, p, sliceOpts(sliceCDI)); err != nil || len(b.Devices) != 1 {
 		t.Errorf("MPS served by the device plugin: %v, %d devices; want no error and only the MIG device", err, len(b.Devices))
 	}
 }

@@ -7,9 +7,11 @@
 // the devices' health to the kubelet (DRAResourceHealth), which shows it
 // in the pods' status.
 //
-// A resource is served here only when plan.Resource.ServedBy says
+// A resource is served here only when its plan.Resource.Serve is
 // plan.ServeDRA; the device-plugin sink leaves such resources alone, so a
-// device is offered through exactly one API.
+// device is offered through exactly one API. Sink (the ResourceSlice and
+// the Table) and NodeSink (the kubelet-facing Node) are the agent's
+// outputs over it.
 package dra
 
 import (

@@ -94,9 +94,24 @@ func (k *Kubelet) serve() error {
 	if err := os.Remove(k.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("kubeletsim: removing stale %s: %w", k.socket, err)
 	}
-	ln, err := net.Listen("unix", k.socket)
+	// Anyone may connect (a test may run the plugin as another user than
+	// the simulated kubelet): the socket is made under a temporary name,
+	// opened to all, and renamed into place, so that kubelet.sock appears
+	// once, as it stays.
+	tmp := k.socket + ".tmp"
+	_ = os.Remove(tmp)
+	ln, err := net.Listen("unix", tmp)
 	if err != nil {
-		return fmt.Errorf("kubeletsim: listening on %s: %w", k.socket, err)
+		return fmt.Errorf("kubeletsim: listening on %s: %w", tmp, err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false) // shutdown removes kubelet.sock
+	if err := os.Chmod(tmp, 0o777); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("kubeletsim: %w", err)
+	}
+	if err := os.Rename(tmp, k.socket); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("kubeletsim: %w", err)
 	}
 	k.serveListener(ln)
 	return nil

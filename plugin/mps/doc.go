@@ -25,9 +25,10 @@
 // which the supervisor checks (featureplug_mps_shm_shared). It is emptied,
 // or removed, once no MPS resource is left.
 //
-// The agent holds an MPS resource back from the kubelet until Ready says
-// its daemon is up and configured; Ready's reason explains why not (for
-// example "nvidia-cuda-mps-control not found in PATH"). The device
-// plugins' Allocate responses point clients at the same pipe directory
-// (plan.MPSLayout) and mount it.
+// Sink is the agent's output over a Supervisor: it runs the daemons of a
+// plan's MPS resources and, as a readiness gate, holds each such resource
+// back (alone) until Ready says its daemon is up and configured; Ready's
+// reason explains why not (for example "nvidia-cuda-mps-control not found
+// in PATH"). The device plugins' Allocate responses point clients at the
+// same pipe directory (plan.MPSLayout) and mount it.
 package mps

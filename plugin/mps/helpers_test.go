@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // waitTimeout bounds every wait of the tests; the waits end as soon as
@@ -91,7 +92,7 @@ func newEnv(t *testing.T, edit func(*Options)) *env {
 		ControlBinary:  e.binary,
 		Logger:         slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Registerer:     e.reg,
-		Backoff:        Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond},
+		Backoff:        wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 40 * time.Millisecond},
 		CheckInterval:  20 * time.Millisecond,
 		CommandTimeout: 5 * time.Second,
 	}

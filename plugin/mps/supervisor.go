@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -52,8 +53,9 @@ type Options struct {
 	// Registerer, when set, receives the supervisor's metrics.
 	Registerer prometheus.Registerer
 	// Backoff paces restarts of daemons that died or failed to start
-	// (default 1 s doubling to 1 min).
-	Backoff Backoff
+	// (default DefaultBackoff); a daemon that stayed up a while starts
+	// over at its first step.
+	Backoff wait.Backoff
 	// CheckInterval is the period of the liveness check (default
 	// DefaultCheckInterval).
 	CheckInterval time.Duration
@@ -139,14 +141,16 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.CommandTimeout < 0 {
 		errs = append(errs, fmt.Errorf("commandTimeout: %v is negative", opts.CommandTimeout))
 	}
-	if opts.Backoff.Initial < 0 || opts.Backoff.Max < 0 {
+	if opts.Backoff.Duration < 0 || opts.Backoff.Cap < 0 {
 		errs = append(errs, fmt.Errorf("backoff: %+v has a negative duration", opts.Backoff))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("MPS supervisor options: %w", err)
 	}
 	opts.Root = filepath.Clean(opts.Root)
-	opts.Backoff = opts.Backoff.withDefaults()
+	if opts.Backoff.Duration == 0 {
+		opts.Backoff = DefaultBackoff
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}

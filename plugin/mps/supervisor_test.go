@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -395,7 +396,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"relative binary path", Options{ControlBinary: "bin/nvidia-cuda-mps-control"}, `controlBinary: "bin/nvidia-cuda-mps-control" is neither`},
 		{"negative interval", Options{CheckInterval: -time.Second}, `checkInterval: -1s is negative`},
 		{"negative timeout", Options{CommandTimeout: -time.Second}, `commandTimeout: -1s is negative`},
-		{"negative backoff", Options{Backoff: Backoff{Initial: -1}}, `backoff:`},
+		{"negative backoff", Options{Backoff: wait.Backoff{Duration: -1}}, `backoff:`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -457,25 +458,6 @@ func TestReadyUnknownResource(t *testing.T) {
 	}
 }
 
-func TestBackoffDelay(t *testing.T) {
-	b := Backoff{}.withDefaults()
-	tests := []struct {
-		failures int
-		want     time.Duration
-	}{
-		{0, time.Second}, {1, 2 * time.Second}, {2, 4 * time.Second}, {5, 32 * time.Second},
-		{6, time.Minute}, {7, time.Minute}, {1000, time.Minute},
-	}
-	for _, tt := range tests {
-		if got := b.Delay(tt.failures); got != tt.want {
-			t.Errorf("Delay(%d) = %v, want %v", tt.failures, got, tt.want)
-		}
-	}
-	if got := (Backoff{Initial: time.Minute, Max: time.Second}).withDefaults().Delay(3); got != time.Minute {
-		t.Errorf("Max below Initial: Delay = %v, want Initial (1m)", got)
-	}
-}
-
 func TestResolveControlBinary(t *testing.T) {
 	dir := t.TempDir()
 	notExec := filepath.Join(dir, "plain")
@@ -518,26 +500,5 @@ func TestDaemonEnv(t *testing.T) {
 	want := []string{"PATH=/usr/bin", "HOME=/root", "CUDA_MPS_PIPE_DIRECTORY=/mps/r/pipe", "CUDA_MPS_LOG_DIRECTORY=/mps/r/log", "CUDA_VISIBLE_DEVICES=GPU-a,GPU-b"}
 	if !slices.Equal(got, want) {
 		t.Errorf("daemonEnv =\n %q\nwant\n %q", got, want)
-	}
-}
-
-// TestBackoffJitter: with Jitter, each restart wait lies in [d, d*(1+Jitter)]
-// of the unjittered wait d, and waits spread.
-func TestBackoffJitter(t *testing.T) {
-	plain := Backoff{}.withDefaults()
-	jittered := Backoff{Jitter: 0.5}.withDefaults()
-	for _, failures := range []int{0, 2, 100} {
-		base := plain.Delay(failures)
-		seen := map[time.Duration]bool{}
-		for range 50 {
-			d := jittered.Delay(failures)
-			if d < base || d > base+base/2 {
-				t.Fatalf("Delay(%d) = %v, want within [%v, %v]", failures, d, base, base+base/2)
-			}
-			seen[d] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("Delay(%d) gave one value over 50 calls: no jitter", failures)
-		}
 	}
 }

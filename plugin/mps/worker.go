@@ -50,7 +50,7 @@ func (w *worker) run(ctx context.Context) {
 	defer w.shutdown()
 
 	s, res := w.s, w.daemon.Resource
-	failures := 0
+	backoff := s.opts.Backoff
 	for {
 		err := w.start(ctx)
 		if ctx.Err() != nil {
@@ -65,7 +65,7 @@ func (w *worker) run(ctx context.Context) {
 				return
 			}
 			if healthy {
-				failures = 0
+				backoff = s.opts.Backoff
 			}
 			s.countRestart(w)
 			reason = reasonRestarted + dead.Error()
@@ -75,8 +75,7 @@ func (w *worker) run(ctx context.Context) {
 			s.countStartFailure(w)
 			reason = reasonFailed + err.Error()
 		}
-		delay := s.opts.Backoff.Delay(failures)
-		failures++
+		delay := backoff.Step()
 		switch {
 		case err == nil:
 			s.log.Warn("MPS control daemon died; restarting", "resource", res, "reason", reason, "retryIn", delay)

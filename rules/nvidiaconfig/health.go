@@ -163,6 +163,13 @@ func (w *writer) healthChecks(env map[string]string) (warnings []string, err err
 	if len(xids) == 0 && len(resolutions) == 0 && unknown == "" {
 		return warnings, nil
 	}
+	w.healthEntry(why, xids, resolutions, unknown)
+	return warnings, nil
+}
+
+// healthEntry writes the health entry of the import: the reasons as
+// comments, then the XIDs, resolutions and unknownXID it sets.
+func (w *writer) healthEntry(why []string, xids map[uint64]discovery.HealthEffect, resolutions map[discovery.XIDResolution]discovery.HealthEffect, unknown discovery.HealthEffect) {
 	w.blank()
 	w.comment("NVIDIA's device plugin's environment, as its internal/rm/health.go reads it:")
 	for _, s := range why {
@@ -189,7 +196,6 @@ func (w *writer) healthChecks(env map[string]string) (warnings []string, err err
 	if unknown != "" {
 		w.line(1, "unknownXID: "+string(unknown))
 	}
-	return warnings, nil
 }
 
 func joinXIDs(xids []uint64) string {

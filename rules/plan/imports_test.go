@@ -21,7 +21,13 @@ const nfdEvaluator = "sigs.k8s.io/node-feature-discovery/pkg/apis/nfd/nodefeatur
 type listedPackage struct {
 	ImportPath string
 	Deps       []string
+	// Imports are its direct imports, TestImports and XTestImports those
+	// of its tests.
+	Imports, TestImports, XTestImports []string
 }
+
+// fsnotify is the inotify library; only the one file watcher may import it.
+const fsnotify = "github.com/fsnotify/fsnotify"
 
 // under reports whether path is pkg or below it.
 func under(path, pkg string) bool {
@@ -55,14 +61,35 @@ var importRules = []importRule{
 		return (under(d, module+"/rules") && !under(d, module+"/rules/plan")) || under(d, module+"/plugin") ||
 			under(d, module+"/cmd")
 	}},
-	{module + "/plugin", "the device plugins read plans only through rules/plan", func(d string) bool {
+	{module + "/plugin", "the kubelet-facing packages read plans only through rules/plan", func(d string) bool {
 		return (under(d, module+"/rules") && !under(d, module+"/rules/plan")) || under(d, module+"/labeler") ||
 			under(d, module+"/cmd")
 	}},
 	{module + "/labeler", "the labeler does not link NFD's rule evaluator", func(d string) bool { return under(d, nfdEvaluator) }},
-	{module + "/plugin", "the device plugins do not link NFD's rule evaluator", func(d string) bool { return under(d, nfdEvaluator) }},
+	{module + "/plugin", "the kubelet-facing packages do not link NFD's rule evaluator", func(d string) bool { return under(d, nfdEvaluator) }},
 	{module + "/cmd/internal/agent", "the agent serves plans: it reads them through rules/plan and is given the rules engine (cmd/internal/rulesengine)", func(d string) bool {
 		return (under(d, module+"/rules") && !under(d, module+"/rules/plan")) || under(d, nfdEvaluator)
+	}},
+	{module + "/cmd/internal/events", "the Event recorder is plumbing: it knows no sink and no rules", func(d string) bool {
+		return under(d, module+"/rules") || under(d, module+"/plugin") || under(d, module+"/labeler") || under(d, module+"/cmd/internal/agent")
+	}},
+	{module + "/cmd/internal/kube", "the API client does not link the rules engine", func(d string) bool {
+		return (under(d, module+"/rules") && !under(d, module+"/rules/plan")) || under(d, nfdEvaluator) || under(d, module+"/cmd/internal/agent")
+	}},
+}
+
+// directRule is a rule on direct imports across the module: only the
+// packages allowed may import pkg.
+type directRule struct {
+	pkg     string
+	why     string
+	allowed func(importer string) bool
+}
+
+// directRules are the rules of docs/architecture.md on direct imports.
+var directRules = []directRule{
+	{fsnotify, "inotify is used by one file watcher (discovery/fswatch): one instance per agent, one periodic check for every watch", func(p string) bool {
+		return p == module+"/discovery/fswatch"
 	}},
 }
 
@@ -82,6 +109,13 @@ func violations(pkgs []listedPackage) []string {
 				}
 			}
 		}
+		// Tests are held to the rules on direct imports too.
+		imports := slices.Concat(p.Imports, p.TestImports, p.XTestImports)
+		for _, r := range directRules {
+			if slices.Contains(imports, r.pkg) && !r.allowed(p.ImportPath) {
+				out = append(out, p.ImportPath+" imports "+r.pkg+": "+r.why)
+			}
+		}
 	}
 	return out
 }
@@ -93,10 +127,7 @@ func goList(t *testing.T) []listedPackage {
 	if err != nil {
 		t.Fatalf("the go command is needed to list imports: %v", err)
 	}
-	args := []string{"list", "-deps", "-json=ImportPath,Deps"}
-	for _, r := range importRules {
-		args = append(args, r.pkg+"/...")
-	}
+	args := []string{"list", "-deps", "-json=ImportPath,Deps,Imports,TestImports,XTestImports", module + "/..."}
 	cmd := exec.Command(gobin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -124,7 +155,9 @@ func goList(t *testing.T) []listedPackage {
 // when a package imports what docs/architecture.md says it must not.
 func TestImportRules(t *testing.T) {
 	pkgs := goList(t)
-	for _, want := range []string{"/discovery", "/rules", "/rules/plan", "/labeler", "/plugin", "/plugin/mps", "/cmd/internal/agent"} {
+	for _, want := range []string{"/discovery", "/discovery/fswatch", "/discovery/statedir", "/discovery/gpusource",
+		"/rules", "/rules/plan", "/labeler", "/plugin/deviceplugin", "/plugin/health", "/plugin/dra", "/plugin/cdi", "/plugin/mps",
+		"/cmd/internal/agent", "/cmd/internal/events", "/cmd/internal/kube"} {
 		if !slices.ContainsFunc(pkgs, func(p listedPackage) bool { return p.ImportPath == module+want }) {
 			t.Fatalf("go list did not list %s%s", module, want)
 		}
@@ -137,11 +170,12 @@ func TestImportRules(t *testing.T) {
 // TestImportRulesCatch checks that each rule reports a violation.
 func TestImportRulesCatch(t *testing.T) {
 	bad := []listedPackage{
-		{module + "/discovery/fakenode", []string{module + "/discovery", module + "/rules/plan"}},
-		{module + "/rules/plan", []string{module + "/rules"}},
-		{module + "/rules", []string{module + "/rules/plan", module + "/labeler"}},
-		{module + "/labeler", []string{module + "/rules/plan", module + "/rules"}},
-		{module + "/plugin/mps", []string{module + "/rules/plan", nfdEvaluator}},
+		{ImportPath: module + "/discovery/fakenode", Deps: []string{module + "/discovery", module + "/rules/plan"}},
+		{ImportPath: module + "/rules/plan", Deps: []string{module + "/rules"}},
+		{ImportPath: module + "/rules", Deps: []string{module + "/rules/plan", module + "/labeler"}},
+		{ImportPath: module + "/labeler", Deps: []string{module + "/rules/plan", module + "/rules"}},
+		{ImportPath: module + "/plugin/mps", Deps: []string{module + "/rules/plan", nfdEvaluator}},
+		{ImportPath: module + "/plugin/deviceplugin", Imports: []string{fsnotify}},
 	}
 	got := violations(bad)
 	want := []string{
@@ -149,7 +183,8 @@ func TestImportRulesCatch(t *testing.T) {
 		module + "/rules/plan depends on " + module + "/rules: the plan contract imports only discovery",
 		module + "/rules depends on " + module + "/labeler: the rules engine does not import the servers of plans",
 		module + "/labeler depends on " + module + "/rules: the labeler reads plans only through rules/plan",
-		module + "/plugin/mps depends on " + nfdEvaluator + ": the device plugins do not link NFD's rule evaluator",
+		module + "/plugin/mps depends on " + nfdEvaluator + ": the kubelet-facing packages do not link NFD's rule evaluator",
+		module + "/plugin/deviceplugin imports " + fsnotify + ": inotify is used by one file watcher (discovery/fswatch): one instance per agent, one periodic check for every watch",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

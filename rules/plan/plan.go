@@ -1,9 +1,12 @@
 // Package plan is the contract between deciding and serving: the Plan that
-// the rules engine makes for one Inventory, and everything the servers of a
-// plan (device plugins, NFD publishing, MPS daemons) need to read it: the
-// resource-name validator, the caps on sizes, and the table of sharing
-// strategies. It imports nothing of featureplug but discovery, so that the
-// servers never link the rules engine (NFD's evaluator, templates, YAML).
+// the rules engine makes for one Inventory, and everything the sinks that
+// serve a plan (device plugins, DRA, the CDI spec, MPS daemons, NFD
+// publishing) need to read it: the kubelet API of each resource (resolved
+// once, WithServeDefault), what is held back (WithHeld), the
+// resource-name validator, the caps on sizes, the table of sharing
+// strategies, and when a new plan would drain the node (DrainsNode). It
+// imports nothing of featureplug but discovery, so that the sinks never
+// link the rules engine (NFD's evaluator, templates, YAML).
 package plan
 
 import (
@@ -52,13 +55,17 @@ type Plan struct {
 	// MIGStrategy is NVIDIA's MIG strategy the rules amount to (MIGStrategy
 	// constants; "" when unknown): publishers label it as
 	// nvidia.com/mig.strategy, as gpu-feature-discovery labels its
-	// configured strategy. (Issue 15, gfd.)
+	// configured strategy.
 	MIGStrategy string `json:"migStrategy,omitempty"`
 	// SingleInvalid, when set, says why the "single" strategy refused this
 	// node (its MIG devices are not uniform): nvidia.com/gpu then serves no
 	// device and its labels say <product>-MIG-INVALID, as NVIDIA's plugin
 	// and gpu-feature-discovery do.
 	SingleInvalid string `json:"singleInvalid,omitempty"`
+	// RulesDigest identifies the rules the plan came from (RulesDigest of
+	// a rules file's content, or a builtin's source, "builtin:<name>"); the
+	// agent sets it, and publishes it with what the plan serves.
+	RulesDigest string `json:"rulesDigest,omitempty"`
 	// ServeNothing is set when the rules file says, with its top-level
 	// serveNothing field, that the node is meant to serve no resource.
 	// Only then is a plan without resources intended: without it, such a
@@ -117,8 +124,13 @@ type Resource struct {
 	// Sharing is how its devices are shared.
 	Sharing Sharing `json:"sharing"`
 	// Serve is the kubelet API the rules chose for the resource; empty when
-	// they left it to the agent's default (see ServedBy).
+	// they left it to the agent's default, which the agent fills in
+	// (WithServeDefault) before any sink sees the plan.
 	Serve Serve `json:"serve,omitempty"`
+	// Held says why the agent holds the resource back now ("" while it
+	// serves it): a readiness gate, such as an MPS resource's control
+	// daemon not up yet. Rules never set it (see WithHeld).
+	Held string `json:"held,omitempty"`
 	// Devices are ordered by GPU index, then MIG index.
 	Devices []Device `json:"devices"`
 	// Dynamic is set on a resource of dynamically partitioned GPUs
@@ -126,57 +138,6 @@ type Resource struct {
 	// published as partitionable devices, so Devices holds none of them.
 	// It is served through DRA (Serve is ServeDRA).
 	Dynamic bool `json:"dynamic,omitempty"`
-}
-
-// Serve is the kubelet API a resource is served through. A device is
-// served through exactly one: the sinks of the other API leave it alone.
-type Serve string
-
-// The APIs a resource can be served through.
-const (
-	// ServeDevicePlugin is the kubelet's device-plugin API (one gRPC
-	// server per resource name).
-	ServeDevicePlugin Serve = "device-plugin"
-	// ServeDRA is Dynamic Resource Allocation: the devices are published
-	// in ResourceSlices of driver gpu.featureplug.io and prepared through
-	// the kubelet's DRA plugin API.
-	ServeDRA Serve = "dra"
-)
-
-// ServedThrough returns the part of p served through api, given the
-// agent's default def for resources whose rules did not choose: p
-// without the other API's resources, or p itself when it has none (nil
-// for nil). Each sink of an API serves only its part.
-func (p *Plan) ServedThrough(api, def Serve) *Plan {
-	if p == nil {
-		return nil
-	}
-	other := 0
-	for i := range p.Resources {
-		if p.Resources[i].ServedBy(def) != api {
-			other++
-		}
-	}
-	if other == 0 {
-		return p
-	}
-	out := *p
-	out.Resources = make([]Resource, 0, len(p.Resources)-other)
-	for _, r := range p.Resources {
-		if r.ServedBy(def) == api {
-			out.Resources = append(out.Resources, r)
-		}
-	}
-	return &out
-}
-
-// ServedBy returns the API the resource is served through, given the
-// agent's default for resources whose rules did not choose.
-func (r *Resource) ServedBy(def Serve) Serve {
-	if r.Serve != "" {
-		return r.Serve
-	}
-	return def
 }
 
 // Device is one physical or MIG device claimed by a resource.
@@ -264,12 +225,8 @@ func (p *Plan) CheckServes() error {
 	if p == nil || p.ServeNothing || len(p.Decisions) == 0 || len(p.DynamicMIG) > 0 {
 		return nil
 	}
-	for _, list := range [][]Resource{p.Resources, p.VFIO} {
-		for i := range list {
-			if len(list[i].Devices) > 0 {
-				return nil
-			}
-		}
+	if p.advertises() {
+		return nil
 	}
 	why := "no rule claims any of them"
 	if n := len(p.Problems); n > 0 {

@@ -5,22 +5,24 @@ import (
 	"testing"
 )
 
+// names lists the resource names of p.
+func names(p *Plan) []string {
+	var out []string
+	for _, r := range p.Resources {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
 // TestServedThrough: each API's part of a plan holds exactly the resources
-// served through it (the default deciding for those that do not say), and
-// a plan wholly served through one API is that API's part unchanged.
+// served through it once the default is filled in, and a plan wholly
+// served through one API is that API's part unchanged.
 func TestServedThrough(t *testing.T) {
 	p := &Plan{Resources: []Resource{
 		{Name: "example.com/a", Serve: ServeDRA},
 		{Name: "example.com/b"},
 		{Name: "example.com/c", Serve: ServeDevicePlugin},
 	}}
-	names := func(q *Plan) []string {
-		var out []string
-		for _, r := range q.Resources {
-			out = append(out, r.Name)
-		}
-		return out
-	}
 	for _, tt := range []struct {
 		api, def Serve
 		want     []string
@@ -31,17 +33,72 @@ func TestServedThrough(t *testing.T) {
 		{ServeDevicePlugin, ServeDRA, []string{"example.com/c"}},
 	} {
 		if got := names(p.ServedThrough(tt.api, tt.def)); !slices.Equal(got, tt.want) {
-			t.Errorf("ServedThrough(%s, default %s) = %v, want %v", tt.api, tt.def, got, tt.want)
+			t.Errorf("ServedThrough(%s), default %s = %v, want %v", tt.api, tt.def, got, tt.want)
 		}
 	}
-	if len(p.Resources) != 3 {
-		t.Fatalf("ServedThrough changed the plan: %d resources", len(p.Resources))
+	if len(p.Resources) != 3 || p.Resources[1].Serve != "" {
+		t.Fatalf("WithServeDefault or ServedThrough changed the plan: %+v", p.Resources)
 	}
 	all := &Plan{Resources: []Resource{{Name: "example.com/a", Serve: ServeDRA}}}
-	if all.ServedThrough(ServeDRA, ServeDevicePlugin) != all {
+	if all.ServedThrough(ServeDRA, "") != all || all.WithServeDefault(ServeDevicePlugin) != all {
 		t.Error("a plan wholly served through DRA is not its own DRA part")
 	}
-	if (*Plan)(nil).ServedThrough(ServeDRA, ServeDRA) != nil {
+	if (*Plan)(nil).ServedThrough(ServeDRA, "") != nil || (*Plan)(nil).WithServeDefault(ServeDRA) != nil {
 		t.Error("nil plan gave a part")
+	}
+}
+
+// TestWithHeld: held resources are marked with why, left out of what an
+// API serves now, and released again; a plan whose marks do not change is
+// returned as it is.
+func TestWithHeld(t *testing.T) {
+	p := &Plan{Resources: []Resource{
+		{Name: "example.com/mps", Serve: ServeDevicePlugin},
+		{Name: "example.com/gpu", Serve: ServeDevicePlugin},
+	}}
+	if p.WithHeld(nil) != p {
+		t.Error("holding nothing made a new plan")
+	}
+	held := p.WithHeld(map[string]string{"example.com/mps": "daemon starting"})
+	if held.Resources[0].Held != "daemon starting" || p.Resources[0].Held != "" {
+		t.Fatalf("WithHeld: %+v (original %+v)", held.Resources, p.Resources)
+	}
+	if got := names(held.Serving(ServeDevicePlugin)); !slices.Equal(got, []string{"example.com/gpu"}) {
+		t.Errorf("Serving = %v, want the resource not held", got)
+	}
+	if got := names(held.ServedThrough(ServeDevicePlugin, "")); len(got) != 2 {
+		t.Errorf("ServedThrough = %v, want both (held or not)", got)
+	}
+	if held.WithHeld(map[string]string{"example.com/mps": "daemon starting"}) != held {
+		t.Error("the same marks made a new plan")
+	}
+	if back := held.WithHeld(nil); back.Resources[0].Held != "" {
+		t.Errorf("released: %+v", back.Resources)
+	}
+}
+
+// TestDrainsNode: a plan that advertises no device of a node with devices,
+// replacing one that advertises some, drains the node unless it says it
+// should serve nothing; anything else does not.
+func TestDrainsNode(t *testing.T) {
+	decisions := []Decision{{Device: "GPU-0"}}
+	some := &Plan{Decisions: decisions, Resources: []Resource{{Name: "nvidia.com/gpu", Devices: []Device{{ID: "GPU-0"}}}}}
+	none := &Plan{Decisions: decisions}
+	for _, tt := range []struct {
+		name       string
+		last, next *Plan
+		want       bool
+	}{
+		{"every resource withdrawn", some, none, true},
+		{"every resource withdrawn on purpose", some, &Plan{Decisions: decisions, ServeNothing: true}, false},
+		{"resources left without devices", some, &Plan{Decisions: decisions, Resources: []Resource{{Name: "nvidia.com/gpu"}}}, true},
+		{"a node without devices", some, &Plan{}, false},
+		{"nothing served before", none, none, false},
+		{"no plan before", nil, none, false},
+		{"resources left", some, some, false},
+	} {
+		if got := DrainsNode(tt.last, tt.next); got != tt.want {
+			t.Errorf("%s: DrainsNode = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

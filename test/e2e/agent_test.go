@@ -55,6 +55,11 @@ type agentSpec struct {
 	// Env are more environment variables (POD_NAME and the like, as the
 	// manifests set them, or client-go's KUBE_FEATURE_* gates).
 	Env []string
+	// Wrapper, when set, is the command the agent runs under (setpriv to
+	// run it as another user), and Binary the featureplug binary it runs
+	// (default the one TestMain built).
+	Wrapper []string
+	Binary  string
 }
 
 // agent is a running `featureplug run`.
@@ -112,9 +117,16 @@ func (a *agent) start(t *testing.T) {
 		args = append(args, "--namespace", s.Namespace)
 	}
 	args = append(args, s.Extra...)
+	path := build.agent
+	if s.Binary != "" {
+		path = s.Binary
+	}
+	if len(s.Wrapper) > 0 {
+		path, args = s.Wrapper[0], append(append(append([]string{}, s.Wrapper[1:]...), path), args...)
+	}
 	a.Process = harness.StartProcess(t, harness.ProcessSpec{
 		Name: "featureplug-" + s.Node,
-		Path: build.agent,
+		Path: path,
 		Args: args,
 		// An in-cluster configuration must never be picked up by accident.
 		Env: append([]string{"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT="}, s.Env...),

@@ -23,7 +23,7 @@ import (
 	"github.com/featureplug/featureplug/test/harness"
 )
 
-// The DRA acceptance of issue 20, end to end: featureplug run as a DRA
+// DRA end to end: featureplug run as a DRA
 // driver against the real kube-apiserver and kube-scheduler and the
 // kubelet's own DRA manager (harness.KubeletDRA) and device manager
 // (harness.KubeletPeer).

@@ -1,7 +1,6 @@
 package e2e
 
-// Fault tests of the agent daemon (issue 12, findings 2, 3, 4, 10, 12, 14
-// and 16): the rules file is followed through directory re-creation,
+// Fault tests of the agent daemon: the rules file is followed through directory re-creation,
 // symlinks, loss, slow writers and SIGHUP, with or without inotify; the
 // feature file is repaired; /healthz fails while the agent loop is stuck.
 // Each runs the real featureplug process over real sockets, against the

@@ -110,6 +110,33 @@ func (e *pluginFaultEnv) waitReadyz(code int) {
 	}
 }
 
+// killAndCheckFirstList kills the agent with SIGKILL, starts it again and
+// checks its first device list: GPU unhealthy Unhealthy, every other GPU
+// Healthy.
+func (e *pluginFaultEnv) killAndCheckFirstList(t *testing.T, unhealthy int) {
+	t.Helper()
+	if err := e.agent.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-e.agent.Done()
+	regs, updates := e.kubelet.Registrations(pluginFaultResource), e.kubelet.Updates(pluginFaultResource)
+	e.agent.start(t)
+	e.waitRegistrations(regs + 1)
+	if got := e.kubelet.Updates(pluginFaultResource); got != updates+1 {
+		t.Fatalf("%d device lists since the restart; the check needs the first one", got-updates)
+	}
+	h := e.health()
+	for i, uuid := range e.gpus {
+		want := pluginapi.Healthy
+		if i == unhealthy {
+			want = pluginapi.Unhealthy
+		}
+		if h[uuid] != want {
+			t.Errorf("first list after SIGKILL and restart: GPU %d (%s) is %s, want %s", i, uuid, h[uuid], want)
+		}
+	}
+}
+
 // health returns the health of every device of the resource by ID.
 func (e *pluginFaultEnv) health() map[string]string {
 	out := map[string]string{}
@@ -239,26 +266,7 @@ func TestFault05HealthSurvivesRestart(t *testing.T) {
 	}
 	e.agent.waitMetric(t, "featureplug_plugin_health_state_writes_total", func(v float64) bool { return v >= 1 }, `result="ok"`)
 
-	if err := e.agent.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-e.agent.Done()
-	regs, updates := e.kubelet.Registrations(pluginFaultResource), e.kubelet.Updates(pluginFaultResource)
-	e.agent.start(t)
-	e.waitRegistrations(regs + 1)
-	if got := e.kubelet.Updates(pluginFaultResource); got != updates+1 {
-		t.Fatalf("%d device lists since the restart; the check needs the first one", got-updates)
-	}
-	h := e.health()
-	for i, uuid := range e.gpus {
-		want := pluginapi.Healthy
-		if i == 4 {
-			want = pluginapi.Unhealthy
-		}
-		if h[uuid] != want {
-			t.Errorf("first list after SIGKILL and restart: GPU %d (%s) is %s, want %s", i, uuid, h[uuid], want)
-		}
-	}
+	e.killAndCheckFirstList(t, 4)
 	if v := e.agent.metric(t, "featureplug_plugin_devices", `health="unhealthy"`); v != 1 {
 		t.Errorf("featureplug_plugin_devices{health=unhealthy} = %v after the restart, want 1", v)
 	}

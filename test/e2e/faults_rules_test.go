@@ -1,7 +1,6 @@
 package e2e
 
-// Fault tests of the rules engine and the CLI (issue 12, findings 7, 8 and
-// 15): a rules file `featureplug rules check` accepts never crashes `run`;
+// Fault tests of the rules engine and the CLI: a rules file `featureplug rules check` accepts never crashes `run`;
 // check finds at check time what would fail on a node; a device whose rule
 // gives an invalid name is left out and reported while the rest serves;
 // bad commands fail clearly.
@@ -31,8 +30,8 @@ const rulesFaultShared = rulesFaultHeader + `- name: shared
   sharing: {strategy: time-slicing, replicas: 4}
 `
 
-// rulesFaultHuge is rulesFaultShared with the replicas of issue 12's
-// finding 7, which used to pass check and crash run out of memory.
+// rulesFaultHuge is rulesFaultShared with a billion replicas: enough to
+// run a planner without caps out of memory.
 const rulesFaultHuge = rulesFaultHeader + `- name: shared
   devices: gpu
   resource: example.com/shared

@@ -17,8 +17,8 @@ import (
 )
 
 // gfdOwnerLabels are labels the agent publishes for the bundled dgx-h100
-// node with the mixed rules (gpu-feature-discovery's names and values,
-// issue 15: mig.strategy is the configured one even without MIG devices).
+// node with the mixed rules (gpu-feature-discovery's names and values;
+// mig.strategy is the configured one even without MIG devices).
 var gfdOwnerLabels = map[string]string{
 	"nvidia.com/gpu.product":  "NVIDIA-H100-80GB-HBM3",
 	"nvidia.com/gpu.count":    "8",

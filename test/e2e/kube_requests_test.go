@@ -77,7 +77,7 @@ func TestKubeNoPeriodicRequests(t *testing.T) {
 	for _, r := range resources {
 		before[r] = kubeRequests(ctx, t, api, r)
 	}
-	// 20 re-discoveries: each used to GET the Node.
+	// 20 re-discoveries, none of which may GET the Node.
 	a.waitMetric(t, "featureplug_discoveries_total", func(v float64) bool { return v >= discoveries+20 }, `result="ok"`)
 	for _, r := range resources {
 		after := kubeRequests(ctx, t, api, r)

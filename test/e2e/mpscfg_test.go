@@ -1,7 +1,7 @@
 package e2e
 
-// End-to-end check of MPS as NVIDIA's device plugin does it (issue 15,
-// item 5): an MPS client's Allocate carries the pipe directory and a
+// End-to-end check of MPS as NVIDIA's device plugin does it: an MPS
+// client's Allocate carries the pipe directory and a
 // shared /dev/shm, a container gets one replica (failRequestsGreaterThanOne
 // is forced), and the MPS-shared GPUs are in EXCLUSIVE_PROCESS compute
 // mode while shared and back in DEFAULT once the rule is gone.

@@ -169,8 +169,8 @@ func TestScale(t *testing.T) {
 	}
 	rediscover := "30s" // the agent's default
 	if !full {
-		// Often, so that a short window sees many re-discoveries: each
-		// used to GET the Node.
+		// Often, so that a short window sees many re-discoveries, each of
+		// which must read no Node.
 		rediscover = "2s"
 	}
 	before := r.apiMetrics()
@@ -222,7 +222,7 @@ func TestScale(t *testing.T) {
 // verb and resource, and CPU of the agents, nfd-master and the API server.
 // It asserts that the agents write nothing and read no Node or NodeFeature.
 // The window ends once it lasted min and every agent re-discovered at least
-// twice in it (each re-discovery used to GET the Node).
+// twice in it (a re-discovery must read no Node).
 func (r *scaleRun) steadyState(minimum time.Duration) {
 	t := r.t
 	// Settle first: nfd-master's last Node patches of the start must not

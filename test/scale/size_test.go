@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 
@@ -243,8 +244,10 @@ func TestNodeFeatureStaysWithoutManagedFields(t *testing.T) {
 	nodeFeatures := api.NFD.NfdV1alpha1().NodeFeatures(scaleNamespace)
 	pub, err := labeler.NewNodeFeaturePublisher(labeler.NodeFeatureConfig{
 		NodeName: node, Namespace: scaleNamespace,
-		NFD:  labeler.NFDClientOf(api.NFD.NfdV1alpha1().NodeFeatures),
-		Kube: api.Client.CoreV1().Nodes(),
+		NFD: labeler.NFDClientOf(api.NFD.NfdV1alpha1().NodeFeatures),
+		Node: func(ctx context.Context) (*corev1.Node, error) {
+			return api.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

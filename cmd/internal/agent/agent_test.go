@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 )
 
 // noEventsLib is an NVML whose event sets cannot be created, so the health
@@ -21,17 +22,17 @@ type noEventsLib struct{ nvml.Interface }
 func (noEventsLib) EventSetCreate() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_UNKNOWN }
 
 // noEventsSource is a fake node behind noEventsLib.
-type noEventsSource struct{ *FakeSource }
+type noEventsSource struct{ *gpusource.Fake }
 
 func (s noEventsSource) Discover() (*discovery.Inventory, nvml.Interface, error) {
-	inv, lib, err := s.FakeSource.Discover()
+	inv, lib, err := s.Fake.Discover()
 	return inv, noEventsLib{lib}, err
 }
 
 // TestHealthzFailsWhenTheHealthWatcherStops: a health watcher that stops on
 // its own (not because the agent stopped it) fails /healthz, naming it.
 func TestHealthzFailsWhenTheHealthWatcherStops(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func TestHealthzFailsWhenTheHealthWatcherStops(t *testing.T) {
 	dir := kubeletsim.ShortTempDir(t)
 	a, err := New(Config{
 		NodeName: "unit", Source: noEventsSource{src}, Rules: "none", RulesEngine: testRulesEngine(),
-		Plugin: plugin.Options{KubeletDir: dir},
+		Plugin: deviceplugin.Options{KubeletDir: dir},
 	})
 	if err != nil {
 		t.Fatal(err)

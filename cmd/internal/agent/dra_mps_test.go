@@ -14,11 +14,13 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery/draattr"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/cdi"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -64,10 +66,10 @@ func draMPSStart(t *testing.T, e *draTestEnv, root string, records kubeRecords) 
 	a, err := New(Config{
 		NodeName: "n", Source: e.src, Rules: e.rules, RulesEngine: testRulesEngine(),
 		Kube:   kubeclientset.New(e.kube, nil),
-		Plugin: plugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet"), StateDir: e.stateDir, HealthRecovery: time.Hour},
+		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet")}, StateDir: e.stateDir, HealthRecovery: time.Hour,
 		MPS: mps.Options{Root: root, ControlBinary: bin, CheckInterval: 20 * time.Millisecond, CommandTimeout: 5 * time.Second,
-			Backoff: mps.Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond}},
-		CDI:                CDIConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},
+			Backoff: wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 40 * time.Millisecond}},
+		CDI:                cdi.DriverConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},
 		DRARegistryDir:     filepath.Join(e.dir, "plugins_registry"),
 		DRAPluginDir:       filepath.Join(e.dir, "plugins", dra.DriverName),
 		RediscoverInterval: time.Hour,
@@ -125,7 +127,7 @@ func TestDRAServesMPS(t *testing.T) {
 	a := draMPSStart(t, e, root, records)
 
 	// Daemon down: only example.com/c's two GPUs are published.
-	kubeWaitRecord(t, records, "MPS resource withheld from the ResourceSlice until its control daemon is up", "resource=example.com/a")
+	kubeWaitRecord(t, records, "MPS resource held back until its control daemon is up", "resource=example.com/a")
 	kubeWaitRecord(t, records, "ResourceSlice created", "devices=2")
 	gpus := make([]string, 4)
 	for i := range gpus {
@@ -134,7 +136,7 @@ func TestDRAServesMPS(t *testing.T) {
 	if got := draMPSDeviceNames(e.slice(t).Spec.Devices); !slices.Equal(got, slices.Sorted(slices.Values(gpus[2:]))) {
 		t.Fatalf("slice devices %v while the MPS daemon is down, want only example.com/c's %v", got, gpus[2:])
 	}
-	if _, ok := a.dra.currentTable().Lookup(gpus[0]); ok {
+	if _, ok := sinkOf[*dra.Sink](t, a).Table().Lookup(gpus[0]); ok {
 		t.Error("the MPS device is in the Table while its daemon is down")
 	}
 	if got := draTestMetric(t, a, "featureplug_mps_resource_unavailable", "resource", "example.com/a"); got != 1 {
@@ -179,7 +181,7 @@ func TestDRAServesMPS(t *testing.T) {
 	if errs := cache.GetErrors(); len(errs) > 0 {
 		t.Fatalf("CDI cache errors: %v", errs)
 	}
-	tab := a.dra.currentTable()
+	tab := sinkOf[*dra.Sink](t, a).Table()
 	for i, name := range gpus {
 		d, ok := tab.Lookup(name)
 		if !ok || len(d.CDIDevices) != 1 {
@@ -220,52 +222,4 @@ func draMPSDeviceNames(devs []resourceapi.Device) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// TestMPSCDIEdits: only a device of an MPS resource served through DRA
-// gets MPS edits in its CDI entry, the per-client limits of one replica
-// (the rule's, or the device's share when the rule gives none); the
-// device plugin adds its own edits to the others.
-func TestMPSCDIEdits(t *testing.T) {
-	sup, err := mps.New(mps.Options{Root: "/run/mps-test", ControlBinary: "/nonexistent/nvidia-cuda-mps-control"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sup.Stop()
-	a := &Agent{cfg: Config{DefaultServe: plan.ServeDevicePlugin}, mps: sup}
-	edits := a.mpsCDIEdits()
-	dev := plan.Device{ID: "GPU-a", GPUUUID: "GPU-a", MemoryMiB: 81920}
-	mpsSharing := plan.Sharing{Strategy: plan.SharingMPS, Replicas: 4}
-	pipe := "/run/mps-test/example.com_a/pipe"
-	for _, tt := range []struct {
-		name string
-		r    plan.Resource
-		env  map[string]string
-	}{
-		{"MPS through DRA", plan.Resource{Name: "example.com/a", Serve: plan.ServeDRA, Sharing: mpsSharing},
-			map[string]string{"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=20480M"}},
-		{"MPS through the device plugin", plan.Resource{Name: "example.com/a", Sharing: mpsSharing}, nil},
-		{"time-slicing through DRA", plan.Resource{Name: "example.com/a", Serve: plan.ServeDRA,
-			Sharing: plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 4}}, nil},
-		{"unshared through DRA", plan.Resource{Name: "example.com/a", Serve: plan.ServeDRA}, nil},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			got := edits(&tt.r, dev)
-			if len(got.Env) != len(tt.env) {
-				t.Errorf("env %v, want %v", got.Env, tt.env)
-			}
-			for k, v := range tt.env {
-				if got.Env[k] != v {
-					t.Errorf("env %s=%q, want %q", k, got.Env[k], v)
-				}
-			}
-			wantMounts := 0
-			if tt.env != nil {
-				wantMounts = 2
-			}
-			if len(got.Mounts) != wantMounts {
-				t.Errorf("mounts %+v, want %d", got.Mounts, wantMounts)
-			}
-		})
-	}
 }

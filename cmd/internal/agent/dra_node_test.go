@@ -24,7 +24,9 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/plugin/cdi"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -88,16 +90,16 @@ func (e *draNodeEnv) writeRules(t *testing.T, serve plan.Serve) {
 // test ends); it returns the agent, its log records and stop.
 func (e *draNodeEnv) start(t *testing.T) (*Agent, kubeRecords, func()) {
 	t.Helper()
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
 	records := make(kubeRecords, 4096)
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: e.rules, RulesEngine: testRulesEngine(),
-		Kube:               kubeclientset.New(e.kube, nil),
-		Plugin:             plugin.Options{KubeletDir: filepath.Join(e.dir, "dp"), StateDir: e.stateDir},
-		CDI:                CDIConfig{SpecDir: filepath.Join(e.dir, "cdi"), DriverRoot: t.TempDir()},
+		Kube:   kubeclientset.New(e.kube, nil),
+		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "dp")}, StateDir: e.stateDir,
+		CDI:                cdi.DriverConfig{SpecDir: filepath.Join(e.dir, "cdi"), DriverRoot: t.TempDir()},
 		DRARegistryDir:     e.regDir,
 		DRAPluginDir:       e.plugDir,
 		RediscoverInterval: time.Hour,
@@ -181,7 +183,7 @@ func TestDRANodeServesOnceDRAIsUsed(t *testing.T) {
 
 	inv := a.current.Load()
 	device := draattr.DeviceName(inv.GPUs[0].UUID)
-	want, ok := a.dra.currentTable().Lookup(device)
+	want, ok := sinkOf[*dra.Sink](t, a).Table().Lookup(device)
 	if !ok || len(want.CDIDevices) == 0 || want.Resource != "example.com/a" {
 		t.Fatalf("the DRA table has %v, %v for %s", want, ok, device)
 	}
@@ -280,6 +282,6 @@ func TestDRANodeReportsHealth(t *testing.T) {
 		}
 	}
 	next(drahealthv1.HealthStatus_HEALTHY, "")
-	a.healthToSinks(discovery.HealthEvent{GPUUUID: gpu0, Kind: discovery.EventXID, XID: 79, Time: time.Now()})
+	a.health.Record(discovery.HealthEvent{GPUUUID: gpu0, Kind: discovery.EventXID, XID: 79, Time: time.Now()})
 	next(drahealthv1.HealthStatus_UNHEALTHY, "xid-79")
 }

@@ -20,7 +20,10 @@ import (
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/discovery/statedir"
+	"github.com/featureplug/featureplug/plugin/cdi"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/dra"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -43,7 +46,7 @@ rules:
 // draTestEnv is what an agent of the DRA tests runs with: the same state
 // directory and fake API server across restarts.
 type draTestEnv struct {
-	src      *FakeSource
+	src      *gpusource.Fake
 	dir      string
 	kube     *kubefake.Clientset
 	rules    string
@@ -53,7 +56,7 @@ type draTestEnv struct {
 
 func newDRATestEnv(t *testing.T) *draTestEnv {
 	t.Helper()
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,9 +81,9 @@ func (e *draTestEnv) start(t *testing.T, records kubeRecords) (*Agent, func()) {
 	t.Helper()
 	a, err := New(Config{
 		NodeName: "n", Source: e.src, Rules: e.rules, RulesEngine: testRulesEngine(),
-		Kube:               kubeclientset.New(e.kube, nil),
-		Plugin:             plugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet"), StateDir: e.stateDir, HealthRecovery: time.Hour},
-		CDI:                CDIConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},
+		Kube:   kubeclientset.New(e.kube, nil),
+		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet")}, StateDir: e.stateDir, HealthRecovery: time.Hour,
+		CDI:                cdi.DriverConfig{SpecDir: e.specDir, DriverRoot: filepath.Join(e.dir, "driver-root")},
 		DRARegistryDir:     filepath.Join(e.dir, "plugins_registry"),
 		DRAPluginDir:       filepath.Join(e.dir, "plugins", dra.DriverName),
 		RediscoverInterval: time.Hour,
@@ -171,7 +174,7 @@ func TestDRASinkPublishesTaintsAndSurvivesRestart(t *testing.T) {
 			t.Errorf("device %s tainted before any health event: %+v", d.Name, d.Taints)
 		}
 	}
-	tab := a.dra.currentTable()
+	tab := sinkOf[*dra.Sink](t, a).Table()
 	if tab.Len() != 4 {
 		t.Fatalf("table has %d devices, want 4", tab.Len())
 	}
@@ -181,8 +184,8 @@ func TestDRASinkPublishesTaintsAndSurvivesRestart(t *testing.T) {
 	}
 	// The CDI spec holds the DRA devices (no CDI device-list strategy is
 	// on, so only those), and every CDI ID the table answers resolves.
-	if n := cdiDeviceCount(t, e.specDir); n != 4 {
-		t.Errorf("CDI spec has %d devices, want the 4 DRA devices", n)
+	if n := draTestMetric(t, a, "featureplug_cdi_spec_devices"); n != 4 {
+		t.Errorf("CDI spec has %v devices, want the 4 DRA devices", n)
 	}
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(e.specDir), cdiapi.WithAutoRefresh(false))
 	if err != nil {
@@ -198,7 +201,7 @@ func TestDRASinkPublishesTaintsAndSurvivesRestart(t *testing.T) {
 		t.Errorf("featureplug_dra_devices = %v, want 4", got)
 	}
 
-	a.healthToSinks(discovery.HealthEvent{GPUUUID: gpu0, Kind: discovery.EventXID, XID: 79, Time: time.Now()})
+	a.health.Record(discovery.HealthEvent{GPUUUID: gpu0, Kind: discovery.EventXID, XID: 79, Time: time.Now()})
 	kubeWaitRecord(t, records, "ResourceSlice updated", "generation=2")
 	taint := resourceapi.DeviceTaint{Key: "gpu.featureplug.io/unhealthy", Value: "xid-79", Effect: resourceapi.DeviceTaintEffectNoSchedule}
 	checkTaint := func(s *resourceapi.ResourceSlice) {
@@ -254,8 +257,8 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 		{"no CDI spec directory", true, "", "resource example.com/a (rule rule-a) is served through DRA, which prepares devices as CDI devices: --cdi-spec-dir is empty"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), CDI: CDIConfig{SpecDir: tt.spec, DriverRoot: t.TempDir()},
-				Plugin: plugin.Options{KubeletDir: t.TempDir()}, DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)}
+			cfg := Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), CDI: cdi.DriverConfig{SpecDir: tt.spec, DriverRoot: t.TempDir()},
+				Plugin: deviceplugin.Options{KubeletDir: t.TempDir()}, DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)}
 			if tt.kube {
 				cfg.Kube = kube
 			}
@@ -263,11 +266,11 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = a.dra.Apply(context.Background(), inv, p)
+			err = sinkOf[*dra.Sink](t, a).Apply(context.Background(), inv, p)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Apply: %v, want %q", err, tt.want)
 			}
-			if a.dra.currentTable().Len() != 0 {
+			if sinkOf[*dra.Sink](t, a).Table().Len() != 0 {
 				t.Errorf("the refused plan's devices are in the table")
 			}
 			// The same plan served by the device plugin is no concern of
@@ -275,7 +278,7 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 			q := *p
 			q.Resources = []plan.Resource{p.Resources[0]}
 			q.Resources[0].Serve = plan.ServeDevicePlugin
-			if err := a.dra.Apply(context.Background(), inv, &q); err != nil {
+			if err := sinkOf[*dra.Sink](t, a).Apply(context.Background(), inv, &q); err != nil {
 				t.Errorf("Apply of a device-plugin plan: %v", err)
 			}
 		})
@@ -285,7 +288,7 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 // TestServeDRAStartupErrors: --serve dra without what DRA needs does not
 // start, naming the flag.
 func TestServeDRAStartupErrors(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,13 +299,13 @@ func TestServeDRAStartupErrors(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"no API server", Config{CDI: CDIConfig{SpecDir: t.TempDir()}}, "--serve dra publishes ResourceSlices: it needs an API server (in-cluster or --kubeconfig)"},
+		{"no API server", Config{CDI: cdi.DriverConfig{SpecDir: t.TempDir()}}, "--serve dra publishes ResourceSlices: it needs an API server (in-cluster or --kubeconfig)"},
 		{"no CDI spec directory", Config{Kube: kube}, "--serve dra prepares devices as CDI devices: --cdi-spec-dir is empty"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tt.cfg
 			cfg.NodeName, cfg.Source, cfg.RulesEngine, cfg.DefaultServe = "n", src, testRulesEngine(), plan.ServeDRA
-			cfg.Plugin = plugin.Options{KubeletDir: t.TempDir()}
+			cfg.Plugin = deviceplugin.Options{KubeletDir: t.TempDir()}
 			_, err := New(cfg)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("New: %v, want %q", err, tt.want)
@@ -311,7 +314,7 @@ func TestServeDRAStartupErrors(t *testing.T) {
 	}
 	// With both, it starts.
 	_, err = New(Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA, Kube: kube,
-		CDI: CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()}, Plugin: plugin.Options{KubeletDir: t.TempDir()},
+		CDI: cdi.DriverConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()}, Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("New with an API server and a CDI spec directory: %v", err)
@@ -328,7 +331,7 @@ func TestDRASliceLeftByEarlierRunIsDeleted(t *testing.T) {
 	records := make(kubeRecords, 4096)
 	_, stop := e.start(t, records)
 	kubeWaitRecord(t, records, "ResourceSlice created", "devices=4")
-	marker := filepath.Join(e.stateDir, sliceMarkerFile)
+	marker := filepath.Join(e.stateDir, statedir.DRASliceMarkerFile)
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatalf("no marker after the slice was created: %v", err)
 	}

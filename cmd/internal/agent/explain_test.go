@@ -14,48 +14,19 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
+	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/labeler"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
-
-func TestResourceChanges(t *testing.T) {
-	dev := func(rule string) plan.Device { return plan.Device{Rule: rule} }
-	ts := plan.Sharing{Strategy: plan.SharingTimeSlicing, Replicas: 2}
-	before := &plan.Plan{Resources: []plan.Resource{
-		{Name: "nvidia.com/gpu", Devices: []plan.Device{dev("gpu"), dev("gpu")}},
-		{Name: "nvidia.com/mig-1g.5gb", Devices: []plan.Device{dev("mig")}},
-		{Name: "nvidia.com/mig-3g.20gb", Devices: []plan.Device{dev("mig")}},
-	}}
-	after := &plan.Plan{Resources: []plan.Resource{
-		{Name: "example.com/a100-40gb", Devices: []plan.Device{dev("a100-by-model"), dev("a100-big"), dev("a100-by-model")}},
-		{Name: "nvidia.com/gpu", Sharing: ts, Devices: []plan.Device{dev("gpu"), dev("gpu")}},
-		{Name: "nvidia.com/mig-3g.20gb", Devices: []plan.Device{dev("mig")}},
-	}}
-	want := []string{
-		"example.com/a100-40gb: 0 -> 3 devices, rules a100-by-model, a100-big",
-		"nvidia.com/gpu: 2 -> 2 devices, sharing none -> time-slicing x2, rule gpu",
-		"nvidia.com/mig-1g.5gb: 1 -> 0 devices, rule mig",
-	}
-	if got := ResourceChanges(before, after); !reflect.DeepEqual(got, want) {
-		t.Errorf("ResourceChanges = %q, want %q", got, want)
-	}
-	if got := ResourceChanges(after, after); len(got) != 0 {
-		t.Errorf("no change gives %q", got)
-	}
-	if got := ResourceChanges(nil, before)[0]; got != "nvidia.com/gpu: 0 -> 2 devices, rule gpu" {
-		t.Errorf("first plan: %q", got)
-	}
-
-}
 
 // TestResourcesChangedEvent: the agent records a Normal ResourcesChanged
 // Event on its Node for its first plan and again when a rules change
 // changes its resources, and annotates its published content with the
 // digest of the rules that made the served plan and its resources.
 func TestResourcesChangedEvent(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +47,7 @@ func TestResourcesChangedEvent(t *testing.T) {
 	defer w.Stop()
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
-		Plugin:             plugin.Options{KubeletDir: t.TempDir()},
+		Plugin:             deviceplugin.Options{KubeletDir: t.TempDir()},
 		MPS:                mps.Options{ControlBinary: "/nonexistent/nvidia-cuda-mps-control"},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
@@ -113,12 +84,12 @@ func TestResourcesChangedEvent(t *testing.T) {
 	waitEvent("nvidia.com/gpu: 0 -> 8 devices, rule gpu")
 	checkAnnotations := func(digest, resources string) {
 		t.Helper()
-		c := a.publisher.content()
+		c := sinkOf[*labeler.Sink](t, a).Published()
 		if c == nil {
 			t.Fatal("nothing published")
 		}
-		want := map[string]string{AnnotationRulesDigest: digest, AnnotationResources: resources,
-			AnnotationMPSControl: "/nonexistent/nvidia-cuda-mps-control not found"}
+		want := map[string]string{labeler.AnnotationRulesDigest: digest, labeler.AnnotationResources: resources,
+			labeler.AnnotationMPSControl: "/nonexistent/nvidia-cuda-mps-control not found"}
 		if !reflect.DeepEqual(c.Annotations, want) {
 			t.Errorf("annotations %v, want %v", c.Annotations, want)
 		}
@@ -129,11 +100,11 @@ func TestResourcesChangedEvent(t *testing.T) {
 			{Name: resource, Count: 8, Serve: plan.ServeDevicePlugin, Devices: devices},
 		}}.String()
 	}
-	checkAnnotations(RulesDigest(first), served("nvidia.com/gpu"))
+	checkAnnotations(plan.RulesDigest(first), served("nvidia.com/gpu"))
 
 	if err := os.WriteFile(rulesPath, second, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent("example.com/h100: 0 -> 8 devices, rule h100; nvidia.com/gpu: 8 -> 0 devices, rule gpu")
-	checkAnnotations(RulesDigest(second), served("example.com/h100"))
+	checkAnnotations(plan.RulesDigest(second), served("example.com/h100"))
 }

@@ -12,12 +12,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 )
 
 // kubeRecords is a slog handler that hands every record's message and
@@ -78,7 +78,7 @@ func kubeNodeGets(kube *kubefake.Clientset) int {
 // by GET: a label added to the Node replans at once (the rule with a node
 // selector takes the GPUs), and no Node is ever read by GET.
 func TestNodeWatchReplans(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ rules:
 	records := make(kubeRecords, 1000)
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
-		Plugin: plugin.Options{KubeletDir: t.TempDir()},
+		Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		// Rediscovery never comes: only the watch can bring the label.
 		RediscoverInterval: time.Hour,
 		Logger:             slog.New(records),
@@ -132,59 +132,5 @@ rules:
 				t.Errorf("Node list with field selector %q, want metadata.name=n", sel)
 			}
 		}
-	}
-}
-
-// TestEventsAggregate: Events go through the agent's recorder to the
-// default namespace, about the Node with its UID from the watch (no Node
-// GET); a repeated Event is one object with a count, a different message
-// another object.
-func TestEventsAggregate(t *testing.T) {
-	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-1"}})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w, err := kube.CoreV1().Events(metav1.NamespaceDefault).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	nodes := newNodeWatch(kubeclientset.New(kube, nil), "n")
-	if !nodes.start(ctx, testWait) {
-		t.Fatal("node watch did not sync")
-	}
-	rec := newEventRecorder("n", nodes.uid, nil)
-	rec.start(ctx, kubeclientset.New(kube, nil))
-
-	rec.warn(ctx, "RulesFileMissing", "rules file lost (does not exist)")
-	rec.warn(ctx, "RulesFileMissing", "rules file lost (does not exist)")
-	rec.warn(ctx, "RulesFileMissing", "rules file lost (is a directory)")
-
-	counts := map[string]int32{} // message -> count
-	timeout := time.After(testWait)
-	for counts["rules file lost (does not exist)"] != 2 || counts["rules file lost (is a directory)"] != 1 {
-		select {
-		case ev := <-w.ResultChan():
-			if ev.Type != watch.Added && ev.Type != watch.Modified {
-				continue
-			}
-			e := ev.Object.(*corev1.Event)
-			if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "n" || e.InvolvedObject.UID != "uid-1" ||
-				e.Type != corev1.EventTypeWarning || e.Source.Component != "featureplug" {
-				t.Errorf("Event %+v: want a Warning from featureplug about Node n uid-1", e)
-			}
-			counts[e.Message] = e.Count
-		case <-timeout:
-			t.Fatalf("Events seen (message: count): %v; want the first with count 2, the second once", counts)
-		}
-	}
-	list, err := kube.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Items) != 2 {
-		t.Errorf("%d Event objects, want 2 (the repeat is a count)", len(list.Items))
-	}
-	if got := kubeNodeGets(kube); got != 0 {
-		t.Errorf("%d Node GETs for Events, want 0", got)
 	}
 }

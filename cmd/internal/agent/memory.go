@@ -30,7 +30,7 @@ func (a *Agent) startAfterStartup(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if waitStartupOver(ctx, clock.RealClock{}, a.manager.Ready, startupCheckPeriod, startupMaxWait) {
+		if waitStartupOver(ctx, clock.RealClock{}, a.isReady, startupCheckPeriod, startupMaxWait) {
 			a.cfg.AfterStartup()
 		}
 	}()

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 )
 
@@ -24,9 +24,9 @@ func TestAfterStartupOnceRegistered(t *testing.T) {
 	var a *Agent
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
-		Plugin:             plugin.Options{KubeletDir: dir},
+		Plugin:             deviceplugin.Options{KubeletDir: dir},
 		RediscoverInterval: time.Hour,
-		AfterStartup:       func() { afterStartup <- state{a.manager.Ready(), kubelet.Resources()} },
+		AfterStartup:       func() { afterStartup <- state{a.isReady(), kubelet.Resources()} },
 	})
 	if err != nil {
 		t.Fatal(err)

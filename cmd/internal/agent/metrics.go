@@ -15,8 +15,6 @@ type metrics struct {
 	planErrors        prometheus.Counter
 	discoveries       *prometheus.CounterVec
 	discoveryDuration prometheus.Histogram
-	publishes         *prometheus.CounterVec
-	mpsUnavailable    *prometheus.GaugeVec
 	rulesMissing      prometheus.Gauge
 	fileWatchFallback *prometheus.GaugeVec
 }
@@ -29,7 +27,7 @@ func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) 
 		}),
 		ruleReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "featureplug_rule_reloads_total",
-			Help: "Rules file reloads by result: applied; partial (some devices left out because of their rules, the rest served); invalid and missing (the file was rejected or lost, and the last good plan kept serving).",
+			Help: "Rules file reloads by result: applied; partial (some devices left out because of their rules, the rest served); invalid, missing and refused (the file was rejected, lost, or would have withdrawn every resource without saying so, and the last good plan kept serving).",
 		}, []string{"result"}),
 		planErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "featureplug_plan_errors_total",
@@ -44,26 +42,18 @@ func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) 
 			Help:    "Time one NVML discovery of the node took.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
 		}),
-		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "featureplug_publish_attempts_total",
-			Help: "Publish attempts of features and labels by result (ok, error).",
-		}, []string{"result"}),
-		mpsUnavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "featureplug_mps_resource_unavailable",
-			Help: "1 while an MPS-shared resource is held back because its control daemon is not up.",
-		}, []string{"resource"}),
 		rulesMissing: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "featureplug_rules_file_missing",
 			Help: "1 while the rules file is lost (deleted, a directory, missing from a new ..data); the last good plan keeps serving.",
 		}),
 		fileWatchFallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "featureplug_file_watch_fallback",
-			Help: "1 while a watched file (file: rules or features) is checked only periodically because no inotify instance could be had.",
+			Help: "1 while a watched file (file: rules, features, cdi) is checked only periodically because no inotify instance or watch could be had.",
 		}, []string{"file"}),
 	}
 	for _, c := range []prometheus.Collector{
 		m.ruleErrors, m.ruleReloads, m.planErrors, m.discoveries, m.discoveryDuration,
-		m.publishes, m.mpsUnavailable, m.rulesMissing, m.fileWatchFallback,
+		m.rulesMissing, m.fileWatchFallback,
 		// go_* and process_* (memory, goroutines, open fds, CPU): what an
 		// operator needs to see a leak or fd exhaustion coming.
 		&runtimeCollectors{},
@@ -87,7 +77,7 @@ func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) 
 // runtimeCollectors serves client_golang's Go and process collectors
 // (go_*, process_*), made on the first scrape rather than at start: making
 // and registering them describes every runtime/metrics entry, about 1 ms of
-// CPU before the first registration with the kubelet (issue 17). It is an
+// CPU before the first registration with the kubelet. It is an
 // unchecked collector (it describes nothing), so the registry takes it at
 // no cost; its metric names cannot collide with featureplug's own.
 type runtimeCollectors struct {

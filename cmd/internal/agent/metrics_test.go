@@ -7,8 +7,8 @@ import (
 )
 
 // TestRuntimeMetricsMadeOnFirstScrape: the go_* and process_* collectors
-// are not made when they are registered, while the agent starts (issue
-// 17), yet every scrape of the agent's registry has their metrics.
+// are not made when they are registered, while the agent starts, yet
+// every scrape of the agent's registry has their metrics.
 func TestRuntimeMetricsMadeOnFirstScrape(t *testing.T) {
 	rc := &runtimeCollectors{}
 	if err := prometheus.NewRegistry().Register(rc); err != nil {

@@ -1,25 +1,13 @@
 package agent
 
-import (
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
-	"github.com/featureplug/featureplug/discovery"
-)
-
 // migGeometryRuleSet is a rule set that says whether discovery must read
 // the MIG geometry and placements (discovery.ReadMIGGeometry) for it:
 // rules that partition GPUs on demand, or that name DRA devices as
 // NVIDIA's driver does. The rules package's *RuleSet is one.
-type migGeometryRuleSet interface {
-	NeedsMIGGeometry() bool
-}
+type migGeometryRuleSet interface{ NeedsMIGGeometry() bool }
 
-// needsMIGGeometry reports whether rs wants the MIG geometry read (a rule
-// set read from a file carries its digest around the rules' own).
+// needsMIGGeometry reports whether rs wants the MIG geometry read.
 func needsMIGGeometry(rs RuleSet) bool {
-	if d, ok := rs.(digestedRuleSet); ok {
-		rs = d.RuleSet
-	}
 	g, ok := rs.(migGeometryRuleSet)
 	return ok && g.NeedsMIGGeometry()
 }
@@ -34,18 +22,9 @@ func (a *Agent) withMIGGeometryFor(rs RuleSet) {
 		return
 	}
 	inv, lib, err := a.discoverFor(rs)
-	if err != nil || lib != a.lib {
+	if cur := a.lib.Load(); err != nil || cur == nil || lib != cur.Interface {
 		a.log.Warn("could not read the MIG geometry the rules need; the next discovery reads it", "err", err)
 		return
 	}
 	a.setInventory(inv)
-}
-
-// readMIGGeometry adds the MIG geometry to a fresh inventory when rs needs
-// it.
-func readMIGGeometry(rs RuleSet, inv *discovery.Inventory, lib nvml.Interface) error {
-	if !needsMIGGeometry(rs) {
-		return nil
-	}
-	return discovery.ReadMIGGeometry(lib, inv)
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/featureplug/featureplug/discovery/gpusource"
 )
 
 // TestNVIDIANamesReadMIGPlacements: rules with dra.compatibility: nvidia
@@ -13,7 +15,7 @@ import (
 // first plan on.
 func TestNVIDIANamesReadMIGPlacements(t *testing.T) {
 	e := newDRATestEnv(t)
-	src, err := OpenFake("a100-80gb-mixed")
+	src, err := gpusource.OpenFake("a100-80gb-mixed")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"context"
 	"fmt"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,6 +16,11 @@ const (
 	// reloadPartial is the rule_reloads_total result of rules that serve
 	// but leave some devices out.
 	reloadPartial = "partial"
+	// reloadRefused is the rule_reloads_total result of rules refused
+	// because they would withdraw every resource (plan.DrainsNode), and
+	// reasonRulesDrainRefused the reason of their Warning Event.
+	reloadRefused           = "refused"
+	reasonRulesDrainRefused = "RulesWouldDrainNode"
 	// maxProblemsLogged bounds the problems one log line or Event lists.
 	maxProblemsLogged = 5
 )
@@ -28,7 +31,7 @@ const (
 // devices changes, and the gauge featureplug_plan_device_errors.
 type planReport struct {
 	gauge prometheus.Gauge
-	// last is the set of problems last reported, as problemsKey gives it.
+	// last is the set of problems last reported, as plan.ProblemsKey gives it.
 	last string
 }
 
@@ -51,82 +54,78 @@ func (a *Agent) planReporter() *planReport {
 
 // reportPlanProblems reports the problems of the plan now served, once per
 // change.
-func (a *Agent) reportPlanProblems(ctx context.Context, plan *plan.Plan) {
+func (a *Agent) reportPlanProblems(p *plan.Plan) {
 	r := a.planReporter()
-	r.gauge.Set(float64(len(plan.Problems)))
-	key := problemsKey(plan.Problems)
+	r.gauge.Set(float64(len(p.Problems)))
+	key := plan.ProblemsKey(p.Problems)
 	if key == r.last {
 		return
 	}
 	r.last = key
-	if len(plan.Problems) == 0 {
+	if len(p.Problems) == 0 {
 		a.log.Info("every device the rules claim is served again", "rules", a.cfg.Rules)
 		return
 	}
-	summary := problemsSummary(plan.Problems)
+	summary := plan.ProblemsSummary(p.Problems, maxProblemsLogged)
 	a.log.Warn("devices left out of the plan because of their rules; the rest is served",
-		"rules", a.cfg.Rules, "devices", len(plan.Problems), "problems", summary)
-	if a.events != nil {
-		a.events.warn(ctx, reasonDeviceRuleError, fmt.Sprintf("rules %s: %d devices left out, the rest is served: %s",
-			a.cfg.Rules, len(plan.Problems), summary))
-	}
+		"rules", a.cfg.Rules, "devices", len(p.Problems), "problems", summary)
+	a.warnEvent(reasonDeviceRuleError, fmt.Sprintf("rules %s: %d devices left out, the rest is served: %s",
+		a.cfg.Rules, len(p.Problems), summary))
 }
 
 // takeRules makes rs the current rules when it can plan on this node, and
 // counts the reload: "applied" when every device the rules claim is
-// served, "partial" when some are left out (see reportPlanProblems), and
-// "invalid" when the rules cannot plan or leave out every device they
-// claim. Invalid rules keep the last good ones; with none yet (the first
-// load) they are kept, so that a later discovery can plan with them, and
+// served, "partial" when some are left out (see reportPlanProblems),
+// "invalid" when the rules cannot plan, leave out every device they
+// claim or make a plan a sink refuses, and "refused" when they would take
+// every resource away without saying so (plan.DrainsNode). Invalid and
+// refused rules keep the last good ones; with none yet (the first load)
+// invalid ones are kept, so that a later discovery can plan with them, and
 // replan reports why nothing serves.
-func (a *Agent) takeRules(ctx context.Context, rs RuleSet) bool {
+func (a *Agent) takeRules(rs RuleSet) bool {
 	a.planReporter()
-	prev := a.ruleSet
 	if a.inv == nil {
 		a.ruleSet = rs
 		a.metrics.ruleReloads.WithLabelValues("applied").Inc()
 		return true
 	}
-	plan, err := a.planFor(rs) // serve.go
-	if err == nil && len(plan.Resources) == 0 && len(plan.Problems) > 0 {
-		err = fmt.Errorf("no device could be planned: every device the rules claim is left out: %s", problemsSummary(plan.Problems))
+	p, err := a.planFor(rs)
+	if err == nil && len(p.Resources) == 0 && len(p.Problems) > 0 {
+		err = fmt.Errorf("no device could be planned: every device the rules claim is left out: %s", plan.ProblemsSummary(p.Problems, maxProblemsLogged))
+	}
+	if err == nil {
+		err = a.check(a.gate(p))
 	}
 	if err != nil {
 		a.metrics.ruleReloads.WithLabelValues("invalid").Inc()
-		if prev == nil {
+		if a.ruleSet == nil {
 			a.ruleSet = rs
 			return true
 		}
-		a.reportRuleError(ctx, "InvalidRules", err)
+		a.reportRuleError("InvalidRules", err)
+		return false
+	}
+	if plan.DrainsNode(a.plan, p) {
+		a.refuseDrain(rs)
 		return false
 	}
 	a.ruleSet = rs
 	result := "applied"
-	if len(plan.Problems) > 0 {
+	if len(p.Problems) > 0 {
 		result = reloadPartial
 	}
 	a.metrics.ruleReloads.WithLabelValues(result).Inc()
 	return true
 }
 
-// problemsKey identifies a set of problems, to report each set once.
-func problemsKey(ps []plan.Problem) string {
-	var b strings.Builder
-	for _, p := range ps {
-		b.WriteString(p.Device + "\x00" + p.Message + "\x00")
-	}
-	return b.String()
-}
-
-// problemsSummary lists the first few problems, one per device.
-func problemsSummary(ps []plan.Problem) string {
-	parts := make([]string, 0, min(len(ps), maxProblemsLogged)+1)
-	for i, p := range ps {
-		if i == maxProblemsLogged {
-			parts = append(parts, fmt.Sprintf("and %d more", len(ps)-i))
-			break
-		}
-		parts = append(parts, p.String())
-	}
-	return strings.Join(parts, "; ")
+// refuseDrain says that rs would withdraw every resource the last good
+// plan serves without saying so (a truncated or emptied file): log,
+// metric and Warning Event; the last good plan keeps serving.
+func (a *Agent) refuseDrain(rs RuleSet) {
+	a.metrics.ruleReloads.WithLabelValues(reloadRefused).Inc()
+	a.metrics.ruleErrors.Inc()
+	msg := fmt.Sprintf("rules %s would serve no resource on this node, where %s serves %d; refused (a file that means it says so explicitly), serving the last good plan",
+		rs.Source(), a.cfg.NodeName, len(a.plan.Resources))
+	a.log.Error(msg, "rules", a.cfg.Rules, "resources", a.plan.Capacity())
+	a.warnEvent(reasonRulesDrainRefused, msg)
 }

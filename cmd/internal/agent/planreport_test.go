@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -10,8 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/featureplug/featureplug/plugin"
-	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // planReportValue reads a counter's or gauge's value.
@@ -28,9 +29,9 @@ func planReportValue(t *testing.T, c prometheus.Metric) float64 {
 }
 
 // planReportRules parses a rules file body for the plan report tests.
-func planReportRules(t *testing.T, body string) *rules.RuleSet {
+func planReportRules(t *testing.T, body string) RuleSet {
 	t.Helper()
-	rs, err := rules.Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+body))
+	rs, err := testRulesEngine().Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,14 +42,14 @@ func planReportRules(t *testing.T, body string) *rules.RuleSet {
 // taken and reported: "partial" reloads, one WARN per change, the gauge,
 // and rules that leave out every device they claim refused as invalid.
 func TestPlanReport(t *testing.T) {
-	src, err := OpenFake("a100-80gb-mixed")
+	src, err := gpusource.OpenFake("a100-80gb-mixed")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src.Close()
 	var logs bytes.Buffer
 	a, err := New(Config{
-		NodeName: "n", Source: src, Plugin: plugin.Options{KubeletDir: t.TempDir()},
+		NodeName: "n", Source: src, Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		RulesEngine: testRulesEngine(),
 		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
 	})
@@ -60,14 +61,13 @@ func TestPlanReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.setInventory(inv)
-	ctx := context.Background()
 
 	good := planReportRules(t, "- name: gpu\n  devices: gpu\n  resource: nvidia.com/gpu\n")
-	if !a.takeRules(ctx, good) || planReportValue(t, a.metrics.ruleReloads.WithLabelValues("applied")) != 1 {
+	if !a.takeRules(good) || planReportValue(t, a.metrics.ruleReloads.WithLabelValues("applied")) != 1 {
 		t.Fatal("valid rules were not applied")
 	}
 	mig := planReportRules(t, "- name: mig\n  devices: mig\n  resource: 'nvidia.com/mig-{{ .profile }}'\n- name: gpu\n  devices: gpu\n  resource: nvidia.com/gpu\n")
-	if !a.takeRules(ctx, mig) || a.ruleSet != mig {
+	if !a.takeRules(mig) || a.ruleSet != mig {
 		t.Fatal("rules that serve all but one device were not taken")
 	}
 	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues(reloadPartial)); got != 1 {
@@ -77,8 +77,8 @@ func TestPlanReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.reportPlanProblems(ctx, plan)
-	a.reportPlanProblems(ctx, plan) // unchanged: not reported again
+	a.reportPlanProblems(plan)
+	a.reportPlanProblems(plan) // unchanged: not reported again
 	if n := strings.Count(logs.String(), "devices left out of the plan because of their rules"); n != 1 {
 		t.Errorf("%d WARN lines for one change, want 1:\n%s", n, logs.String())
 	}
@@ -90,7 +90,7 @@ func TestPlanReport(t *testing.T) {
 	}
 
 	allBad := planReportRules(t, "- name: bad\n  devices: mig\n  resource: 'nvidia.com/mig {{ .profile }}'\n")
-	if a.takeRules(ctx, allBad) || a.ruleSet != mig {
+	if a.takeRules(allBad) || a.ruleSet != mig {
 		t.Error("rules that leave out every device they claim replaced the last good")
 	}
 	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 1 {
@@ -104,11 +104,60 @@ func TestPlanReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.reportPlanProblems(ctx, plan)
+	a.reportPlanProblems(plan)
 	if got := planReportValue(t, a.planReport.gauge); got != 0 {
 		t.Errorf("featureplug_plan_device_errors = %v after the problems cleared, want 0", got)
 	}
 	if !strings.Contains(logs.String(), "every device the rules claim is served again") {
 		t.Errorf("no line says the problems cleared:\n%s", logs.String())
+	}
+}
+
+// fixedRuleSet is a RuleSet that makes one plan.
+type fixedRuleSet struct{ p *plan.Plan }
+
+func (f fixedRuleSet) Source() string     { return "fixed.yaml" }
+func (f fixedRuleSet) Digest() string     { return "fixed" }
+func (f fixedRuleSet) Warnings() []string { return nil }
+func (f fixedRuleSet) Plan(*discovery.Inventory, map[string]string) (*plan.Plan, error) {
+	return f.p, nil
+}
+
+// TestReloadThatDrainsTheNodeIsRefused: rules that would take every
+// resource the last good plan serves away, without saying so, are refused
+// (log, Warning Event, featureplug_rule_reloads_total{result="refused"})
+// and the last good rules stay; rules that say the node serves nothing
+// are taken.
+func TestReloadThatDrainsTheNodeIsRefused(t *testing.T) {
+	src, inv := openFakeInventory(t, "dgx-h100")
+	var logs bytes.Buffer
+	a, err := New(Config{
+		NodeName: "n", Source: src, Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
+		RulesEngine: testRulesEngine(), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.setInventory(inv)
+	good := planReportRules(t, "- name: gpu\n  devices: gpu\n  resource: nvidia.com/gpu\n")
+	if !a.takeRules(good) {
+		t.Fatal("valid rules were not taken")
+	}
+	if a.plan, err = a.planFor(good); err != nil || len(a.plan.Resources) != 1 {
+		t.Fatalf("the good plan: %v, %v", a.plan, err)
+	}
+	none := planReportRules(t, "- name: none\n  devices: gpu\n  matchFeatures: [{feature: nvidia.gpu, matchExpressions: {product: {op: In, value: [\"no such GPU\"]}}}]\n  resource: example.com/none\n")
+	if a.takeRules(none) || a.ruleSet != good {
+		t.Fatal("rules that serve nothing replaced rules that serve every GPU")
+	}
+	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues(reloadRefused)); got != 1 {
+		t.Errorf(`rule_reloads_total{result="refused"} = %v, want 1`, got)
+	}
+	if !strings.Contains(logs.String(), "would serve no resource on this node") {
+		t.Errorf("no line says why the rules were refused:\n%s", logs.String())
+	}
+	meant := fixedRuleSet{&plan.Plan{ServeNothing: true}}
+	if !a.takeRules(meant) || a.ruleSet != RuleSet(meant) {
+		t.Error("rules that say the node serves nothing were refused")
 	}
 }

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/labeler"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 )
 
@@ -24,8 +25,8 @@ func TestPublishHeldUntilRegistered(t *testing.T) {
 	records := make(kubeRecords, 4096)
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
-		Publish: PublishFile, FeaturesFile: features,
-		Plugin:             plugin.Options{KubeletDir: dir},
+		Publish: labeler.PublishFile, FeaturesFile: features,
+		Plugin:             deviceplugin.Options{KubeletDir: dir},
 		RediscoverInterval: time.Hour,
 		PublishHold:        time.Hour,
 		Logger:             slog.New(records),

@@ -11,7 +11,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 )
 
 // TestRegisterFirst: with rules that select on no node label, the first
@@ -20,7 +21,7 @@ import (
 // Node's labels arrive later; with rules that do select on them the agent
 // still waits (TestNodeWatchReplans).
 func TestRegisterFirst(t *testing.T) {
-	src, err := OpenFake("dgx-h100")
+	src, err := gpusource.OpenFake("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestRegisterFirst(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
 		Kube:               kubeclientset.New(kube, nil),
-		Plugin:             plugin.Options{KubeletDir: t.TempDir()},
+		Plugin:             deviceplugin.Options{KubeletDir: t.TempDir()},
 		RediscoverInterval: time.Hour,
 		Logger:             slog.New(records),
 	})

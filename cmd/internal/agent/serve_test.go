@@ -16,9 +16,9 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
-	"github.com/featureplug/featureplug/plugin"
+	"github.com/featureplug/featureplug/plugin/cdi"
+	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
-	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -45,13 +45,13 @@ rules:
 }
 
 // serveWaitReady waits until the agent's device plugins are all
-// registered with the kubelet (plugin.Manager.Ready: every resource of
-// the plan it serves has registered). Registration ends in the plugin's
+// registered with the kubelet (the agent is ready: every resource of the
+// plan they serve has registered). Registration ends in the plugin's
 // process after the kubelet's answer, so this polls.
 func serveWaitReady(t *testing.T, a *Agent) {
 	t.Helper()
 	deadline := time.Now().Add(testWait)
-	for !a.manager.Ready() {
+	for !a.isReady() {
 		if time.Now().After(deadline) {
 			t.Fatal("the device plugins never became ready")
 		}
@@ -91,8 +91,8 @@ func TestServeSplitsResourcesByAPI(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(),
 		Kube:               kubeclientset.New(kube, nil),
-		Plugin:             plugin.Options{KubeletDir: kubeletDir},
-		CDI:                CDIConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
+		Plugin:             deviceplugin.Options{KubeletDir: kubeletDir},
+		CDI:                cdi.DriverConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
 		FileCheckInterval:  50 * time.Millisecond,
@@ -181,8 +181,8 @@ func TestServeRefusesDRAItCannotServe(t *testing.T) {
 	records := make(kubeRecords, 4096)
 	a, err := New(Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(),
-		Plugin:             plugin.Options{KubeletDir: dir},
-		CDI:                CDIConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
+		Plugin:             deviceplugin.Options{KubeletDir: dir},
+		CDI:                cdi.DriverConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
 		RediscoverInterval: time.Hour,
 		FileSettle:         time.Millisecond,
 		FileCheckInterval:  50 * time.Millisecond,
@@ -204,7 +204,7 @@ func TestServeRefusesDRAItCannotServe(t *testing.T) {
 	kubeWaitRecord(t, records, "rules rejected", "resource example.com/a (rule a) is served through DRA, which needs an API server")
 	// The rejection is logged in the loop iteration that would have
 	// applied the plan: the device plugin of a is still there.
-	if !a.manager.Registered("example.com/a") || kubelet.Registrations("example.com/a") != 1 {
+	if !kubelet.Streaming("example.com/a") || kubelet.Registrations("example.com/a") != 1 {
 		t.Error("example.com/a's device plugin stopped for rules that DRA cannot serve")
 	}
 	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 1 {
@@ -214,7 +214,7 @@ func TestServeRefusesDRAItCannotServe(t *testing.T) {
 
 // TestServeDRATakesMPSRules: with --serve dra, a rule sharing its
 // resource with MPS makes a plan like any other (MPS is served through
-// DRA: mps.go), whether or not it says serve; the agent takes such rules
+// DRA), whether or not it says serve; the agent takes such rules
 // on a reload.
 func TestServeDRATakesMPSRules(t *testing.T) {
 	const mpsRule = "- name: h100-mps\n  devices: gpu\n  resource: example.com/h100\n  sharing: {strategy: mps, replicas: 2}\n"
@@ -234,7 +234,7 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 	src, inv := openFakeInventory(t, "dgx-h100")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, err := rules.Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+tt.rules))
+			rs, err := testRulesEngine().Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+tt.rules))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -246,7 +246,7 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 			if len(p.Resources) != 1 {
 				t.Fatalf("planFor gave %d resources, want 1", len(p.Resources))
 			}
-			if got := p.Resources[0].ServedBy(tt.def); got != tt.want {
+			if got := p.Resources[0].Serve; got != tt.want {
 				t.Errorf("resource served by %s, want %s", got, tt.want)
 			}
 		})
@@ -257,8 +257,8 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 	a, err := New(Config{
 		NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA,
 		Kube:   kubeclientset.New(kubefake.NewClientset(), nil),
-		Plugin: plugin.Options{KubeletDir: t.TempDir()},
-		CDI:    CDIConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()},
+		Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
+		CDI:    cdi.DriverConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
@@ -266,11 +266,11 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 	}
 	a.inv = inv
 	good := planReportRules(t, "- name: h100\n  devices: gpu\n  resource: example.com/h100\n")
-	if !a.takeRules(context.Background(), good) {
+	if !a.takeRules(good) {
 		t.Fatal("good rules refused")
 	}
 	mps := planReportRules(t, mpsRule)
-	if !a.takeRules(context.Background(), mps) {
+	if !a.takeRules(mps) {
 		t.Fatalf("MPS rules refused with --serve dra:\n%s", logs.String())
 	}
 	if a.ruleSet != mps {
@@ -295,8 +295,8 @@ func TestServeFlagValues(t *testing.T) {
 		{plan.ServeDRA, plan.ServeDRA, ""},
 		{"DRA", "", `--serve: "DRA" is not a kubelet API (use device-plugin or dra)`},
 	} {
-		cfg := Config{DefaultServe: tt.in}
-		err := checkDefaultServe(&cfg)
+		cfg := Config{DefaultServe: tt.in, Source: realishSource{}, NodeName: "n", RulesEngine: testRulesEngine(), NoDevicePlugins: true}
+		err := checkConfig(&cfg)
 		switch {
 		case tt.err != "" && (err == nil || err.Error() != tt.err):
 			t.Errorf("%q: error %v, want %s", tt.in, err, tt.err)

@@ -2,86 +2,244 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
-	"sync/atomic"
-
-	"github.com/prometheus/client_golang/prometheus"
+	"maps"
+	"net/http"
 
 	"github.com/featureplug/featureplug/discovery"
-	"github.com/featureplug/featureplug/labeler"
-	"github.com/featureplug/featureplug/plugin"
-	"github.com/featureplug/featureplug/plugin/mps"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // Sink is one output of the agent: it makes each (inventory, plan) the
-// loop decides on true in its API (device plugins, NFD features; DRA
-// would be a third). Each sink owns its state; the loop only hands it the
-// latest inventory and plan, in the order of the agent's sink list.
+// loop decides on true in its API (device plugins, DRA, a CDI spec, MPS
+// daemons, NFD publishing). Each sink owns its state; the loop hands it
+// the latest inventory and plan, in the order New declares, in two
+// phases: every sink checks the plan, and only when none refuses it does
+// every sink apply it. A plan one sink refuses is thus applied by none.
+//
+// plan is nil while no rules were ever accepted. The plan a sink sees is
+// final: each resource's kubelet API is resolved (plan.Resource.Serve)
+// and the resources a Gate holds back are marked (plan.Resource.Held).
 type Sink interface {
 	// Name names the sink in logs and errors.
 	Name() string
-	// Apply takes the current inventory and plan. plan is nil while no
-	// rules were ever accepted; a plan the sink already applied may come
-	// again (with a new inventory) and must then change nothing. An error
-	// means the sink did not take plan and keeps what it served before.
+	// Check reports whether the sink can serve plan on inv, changing
+	// nothing: an error refuses the plan for every sink. What can be known
+	// before serving is checked here (a resource the sink's API cannot
+	// serve, a spec that cannot be built), so that Apply fails only on
+	// what cannot (a disk that is full).
+	Check(inv *discovery.Inventory, plan *plan.Plan) error
+	// Apply serves plan, after every sink's Check passed for it. A plan
+	// the sink already applied may come again (with a new inventory) and
+	// must then change nothing. An error means the sink keeps what it
+	// served before; the sinks after it then keep the last good plan.
 	Apply(ctx context.Context, inv *discovery.Inventory, plan *plan.Plan) error
 }
 
-// Runner is a sink with work of its own (servers, a publishing loop):
-// the agent runs it beside the loop until ctx ends. An error stops the
-// agent.
+// Runner is a sink (or a part of the agent) with work of its own
+// (servers, a publishing loop): the agent runs it beside the loop until
+// ctx ends. An error stops the agent.
 type Runner interface {
 	Run(ctx context.Context) error
 }
 
-// HealthSink is a sink that takes the devices' health events.
-type HealthSink interface {
-	// Health takes one critical health event.
-	Health(ev discovery.HealthEvent)
+// Restorer is a sink whose output lives where others can delete or edit
+// it behind the agent's back (a file on the host that runtimes read):
+// RestoreOutput writes again what the sink last wrote when it is gone or
+// differs. The loop calls it at every periodic re-discovery that changed
+// nothing, so that such an output is back within one interval.
+type Restorer interface {
+	RestoreOutput()
 }
 
-// outputRestorer is a sink whose output lives where others can delete or
-// edit it behind the agent's back (a file on the host that runtimes read):
-// restoreOutput writes again what the sink last wrote when it is gone or
-// differs. The agent calls it at every periodic re-discovery that changed
-// nothing, so such an output is back within one re-discovery interval.
-type outputRestorer interface {
-	restoreOutput()
+// WatchedOutput is a Restorer whose output files the loop watches, so
+// that one deleted or edited is restored at once (within the file
+// watcher's settle time).
+type WatchedOutput interface {
+	Restorer
+	// OutputFiles are the files to watch by a short name of each (the
+	// file label of featureplug_file_watch_fallback); none when the sink
+	// writes none.
+	OutputFiles() map[string]string
 }
 
-// restoreSinkOutputs restores the outputs of the sinks that keep one.
-func (a *Agent) restoreSinkOutputs() {
+// Gate is a sink that holds resources back while it cannot serve them
+// (the MPS sink: an MPS resource whose control daemon is not up). The loop
+// asks every gate before the sinks check a plan, and marks the resources
+// held (plan.Resource.Held) in the plan every sink then sees; serving
+// sinks leave them out, so the resources beside them keep serving.
+type Gate interface {
+	// Hold returns the resources of plan held back now, with why.
+	Hold(plan *plan.Plan) map[string]string
+	// GateChanged is signalled when a Hold answer may have changed; the
+	// loop then applies the last good plan again.
+	GateChanged() <-chan struct{}
+}
+
+// Readiness is a sink that knows whether what it serves has reached its
+// consumer (the kubelet registered every device plugin): /readyz and
+// featureplug_ready follow every such sink.
+type Readiness interface {
+	// Ready returns nil when ready, else why not.
+	Ready() error
+}
+
+// Endpoints is a sink with HTTP endpoints of its own on the agent's
+// metrics address (the publishing sink's /debug/content).
+type Endpoints interface {
+	Endpoints(mux *http.ServeMux)
+}
+
+// namedRunner is a part of the agent with work of its own.
+type namedRunner struct {
+	name string
+	run  func(context.Context) error
+}
+
+// addSink appends s to the sinks and notes its capabilities.
+func (a *Agent) addSink(s Sink) {
+	a.sinks = append(a.sinks, s)
+	if r, ok := s.(Runner); ok {
+		a.runners = append(a.runners, namedRunner{s.Name(), r.Run})
+	}
+	if g, ok := s.(Gate); ok {
+		a.gates = append(a.gates, g)
+	}
+}
+
+// errRefused marks a plan a sink refused in its Check phase, as opposed
+// to a sink that failed to apply one.
+var errRefused = errors.New("refused")
+
+// serve hands the current inventory and p to every sink: p marked with
+// what the gates hold back, checked by every sink, then applied by every
+// sink in order. A plan a sink refuses is applied by none (the error
+// wraps errRefused and names every refusing sink). A sink that fails to
+// apply it leaves the sinks after it on the last good plan (a.served), so
+// that what is published is what is served.
+func (a *Agent) serve(ctx context.Context, p *plan.Plan) error {
+	gated := a.gate(p)
+	if err := a.check(gated); err != nil {
+		return err
+	}
+	for i, s := range a.sinks {
+		if err := s.Apply(ctx, a.inv, gated); err != nil {
+			for _, later := range a.sinks[i+1:] {
+				if err := later.Apply(ctx, a.inv, a.served); err != nil {
+					a.log.Error("a sink did not take the last good plan either", "sink", later.Name(), "err", err)
+				}
+			}
+			return fmt.Errorf("%s: %w", s.Name(), err)
+		}
+	}
+	a.served, a.servedFrom = gated, p
+	return nil
+}
+
+// check runs every sink's Check phase on p; it returns every refusal,
+// each naming its sink.
+func (a *Agent) check(p *plan.Plan) error {
+	var errs []error
 	for _, s := range a.sinks {
-		if r, ok := s.(outputRestorer); ok {
-			r.restoreOutput()
+		if err := s.Check(a.inv, p); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", errRefused, errors.Join(errs...))
+}
+
+// gate returns p with the resources every gate holds back marked; the
+// plan served now when that is what it would be again, so that a sink
+// that sees the same plan changes nothing.
+func (a *Agent) gate(p *plan.Plan) *plan.Plan {
+	if p == nil {
+		return nil
+	}
+	held := map[string]string{}
+	for _, g := range a.gates {
+		maps.Copy(held, g.Hold(p))
+	}
+	gated := p.WithHeld(held)
+	if p == a.servedFrom && a.served != nil && sameHeld(gated, a.served) {
+		return a.served
+	}
+	return gated
+}
+
+// sameHeld reports whether two versions of one plan hold back the same
+// resources.
+func sameHeld(x, y *plan.Plan) bool {
+	if len(x.Resources) != len(y.Resources) {
+		return false
+	}
+	for i := range x.Resources {
+		if x.Resources[i].Held != y.Resources[i].Held {
+			return false
+		}
+	}
+	return true
+}
+
+// ready returns nil while every Readiness sink is ready, else why not.
+func (a *Agent) ready() error {
+	var errs []error
+	for _, s := range a.sinks {
+		if r, ok := s.(Readiness); ok {
+			if err := r.Ready(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// restoreOutputs restores the outputs of the sinks that keep one.
+func (a *Agent) restoreOutputs() {
+	for _, s := range a.sinks {
+		if r, ok := s.(Restorer); ok {
+			r.RestoreOutput()
 		}
 	}
 }
 
-// applySinks applies plan to every sink in order. A sink that fails
-// leaves the sinks after it on the last good plan (a.plan), so that what
-// is published is what is served; the first error, naming the sink, is
-// returned. Sinks that serve devices therefore come before sinks that
-// report them.
-func (a *Agent) applySinks(ctx context.Context, plan *plan.Plan) error {
-	var firstErr error
+// watchOutputs watches the output files of the WatchedOutput sinks: a
+// change (once settled) asks the loop to restore that sink's output.
+func (a *Agent) watchOutputs(ctx context.Context, goRun func(string, func(context.Context) error)) {
 	for _, s := range a.sinks {
-		p := plan
-		if firstErr != nil {
-			p = a.plan
+		w, ok := s.(WatchedOutput)
+		if !ok {
+			continue
 		}
-		if err := s.Apply(ctx, a.inv, p); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("%s: %w", s.Name(), err)
+		for name, path := range w.OutputFiles() {
+			snaps, _ := a.watcher.File(path, s.Name()+" output", maxOutputSize, nil, a.fallbackGauge(name))
+			goRun(s.Name()+" output watch", func(ctx context.Context) error {
+				for {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-snaps:
+					}
+					select {
+					case a.outputs <- w:
+					case <-ctx.Done():
+						return nil
+					}
+				}
+			})
 		}
 	}
-	return firstErr
 }
 
-// relayHealth hands the health events on ch to every HealthSink until ctx
-// ends or ch is closed.
+// maxOutputSize bounds the read of a watched output file, which is only
+// hashed (the sink compares with what it wrote).
+const maxOutputSize = 4 << 20
+
+// relayHealth hands the health events on ch to the health tracker until
+// ctx ends or ch is closed.
 func (a *Agent) relayHealth(ctx context.Context, ch <-chan discovery.HealthEvent) {
 	for {
 		select {
@@ -91,177 +249,10 @@ func (a *Agent) relayHealth(ctx context.Context, ch <-chan discovery.HealthEvent
 			if !ok {
 				return
 			}
-			a.healthToSinks(ev)
+			a.health.Record(ev)
 		}
 	}
 }
 
-func (a *Agent) healthToSinks(ev discovery.HealthEvent) {
-	for _, s := range a.sinks {
-		if h, ok := s.(HealthSink); ok {
-			h.Health(ev)
-		}
-	}
-}
-
-// devicePluginSink serves a plan through the kubelet's device-plugin API:
-// one server per resource (plugin.Manager), with the MPS control daemons
-// that MPS-shared resources need. An MPS resource is advertised only while
-// its daemon is up (see mps.go).
-type devicePluginSink struct {
-	manager *plugin.Manager
-	mps     *mps.Supervisor
-	metrics *metrics
-	log     *slog.Logger
-	// serve is the agent's default API: the sink serves only the
-	// resources ServedBy(serve) gives to the device plugins (serve.go).
-	serve plan.Serve
-
-	// in is the plan last applied and last its device-plugin part
-	// (loop goroutine only).
-	in, last *plan.Plan
-	// served is the plan last handed to the manager, read by the Allocate
-	// gate.
-	served atomic.Pointer[plan.Plan]
-	// held is which MPS resources are held back, for the log (mps.go).
-	held mpsHeld
-}
-
-var (
-	_ Sink       = (*devicePluginSink)(nil)
-	_ Runner     = (*devicePluginSink)(nil)
-	_ HealthSink = (*devicePluginSink)(nil)
-)
-
-// Name implements Sink.
-func (s *devicePluginSink) Name() string { return "device plugins" }
-
-// Apply implements Sink: MPS daemons first, then the servers.
-func (s *devicePluginSink) Apply(ctx context.Context, _ *discovery.Inventory, in *plan.Plan) error {
-	if in == nil || in == s.in {
-		return nil
-	}
-	// The MPS daemons of every MPS resource, DRA's too: mps.go.
-	s.applyMPS(ctx, in)
-	own := in.ServedThrough(plan.ServeDevicePlugin, s.serve) // without the DRA resources
-	if err := s.manager.Apply(s.servedPlan(own)); err != nil {
-		return err
-	}
-	s.in, s.last = in, own
-	return nil
-}
-
-// reapply serves the last plan again after an MPS daemon came up or went
-// down, advertising or withdrawing its resource.
-func (s *devicePluginSink) reapply() (bool, error) {
-	if s.last == nil {
-		return false, nil
-	}
-	return true, s.manager.Apply(s.servedPlan(s.last))
-}
-
-// Run implements Runner.
-func (s *devicePluginSink) Run(ctx context.Context) error { return s.manager.Run(ctx) }
-
-// Health implements HealthSink.
-func (s *devicePluginSink) Health(ev discovery.HealthEvent) { s.manager.Health(ev) }
-
-// publishSink publishes the inventory and plan as NFD features and labels
-// (a NodeFeature object, a feature file or stdout) through a labeler.Loop.
-// With no publisher it still keeps the content for /debug/content.
-type publishSink struct {
-	pub      labeler.Publisher
-	loop     *labeler.Loop
-	opts     labeler.LabelOptions
-	contents chan labeler.Content
-	// annotations gives the NodeFeature annotations of a plan (explain.go);
-	// nil gives none.
-	annotations func(*plan.Plan) map[string]string
-	// hold, when set, is waited for before the first publish
-	// (Config.PublishHold).
-	hold func(context.Context)
-
-	mu        sync.Mutex
-	published *labeler.Content
-}
-
-var (
-	_ Sink   = (*publishSink)(nil)
-	_ Runner = (*publishSink)(nil)
-)
-
-// Name implements Sink.
-func (s *publishSink) Name() string { return "publish" }
-
-// Apply implements Sink. It never fails: the loop publishes (and retries)
-// in the background.
-func (s *publishSink) Apply(_ context.Context, inv *discovery.Inventory, plan *plan.Plan) error {
-	c := labeler.NewContent(inv, plan, s.opts)
-	if s.annotations != nil {
-		c.Annotations = s.annotations(plan)
-	}
-	s.mu.Lock()
-	s.published = &c
-	s.mu.Unlock()
-	if s.pub != nil {
-		labeler.Offer(s.contents, c)
-	}
-	return nil
-}
-
-// Run implements Runner.
-func (s *publishSink) Run(ctx context.Context) error {
-	if s.pub == nil {
-		<-ctx.Done()
-		return nil
-	}
-	if s.hold != nil {
-		s.hold(ctx)
-	}
-	return s.loop.Run(ctx, s.contents)
-}
-
-// content returns the content last applied, or nil.
-func (s *publishSink) content() *labeler.Content {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.published
-}
-
-// republish offers the content last published again, so that a feature
-// file deleted or changed behind the agent's back is rewritten (the
-// publisher writes only what differs).
-func (s *publishSink) republish() {
-	c := s.content()
-	if c == nil || s.pub == nil {
-		return
-	}
-	labeler.Offer(s.contents, *c)
-}
-
-// droppedLabels reports label keys the labeler leaves out because they are
-// not valid label keys: a warning the first time each key is dropped, and
-// featureplug_label_dropped_total counting the distinct keys dropped.
-type droppedLabels struct {
-	log     *slog.Logger
-	counter prometheus.Counter
-	next    func(key, reason string)
-
-	mu   sync.Mutex
-	seen map[string]bool
-}
-
-// dropped is a labeler.LabelOptions.OnDropped.
-func (d *droppedLabels) dropped(key, reason string) {
-	d.mu.Lock()
-	first := !d.seen[key]
-	d.seen[key] = true
-	d.mu.Unlock()
-	if first {
-		d.counter.Inc()
-		d.log.Warn("label left out: its key is not a valid label key", "key", key, "reason", reason)
-	}
-	if d.next != nil {
-		d.next(key, reason)
-	}
-}
+// isReady reports whether every Readiness sink is ready.
+func (a *Agent) isReady() bool { return a.ready() == nil }

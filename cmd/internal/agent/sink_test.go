@@ -11,53 +11,148 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
-// recordingSink records the plans it is given and fails when told to.
+// recordingSink records the plans it checks and applies, and refuses or
+// fails when told to.
 type recordingSink struct {
-	name  string
-	fail  error
-	plans []*plan.Plan
+	name           string
+	refuse, fail   error
+	checked, plans []*plan.Plan
+	hold           map[string]string // as a Gate, when set
+	gateChanged    chan struct{}
 }
 
 func (s *recordingSink) Name() string { return s.name }
 
-func (s *recordingSink) Apply(_ context.Context, _ *discovery.Inventory, p *plan.Plan) error {
-	s.plans = append(s.plans, p)
-	return s.fail
+func (s *recordingSink) Check(_ *discovery.Inventory, p *plan.Plan) error {
+	s.checked = append(s.checked, p)
+	return s.refuse
 }
 
-func TestApplySinksKeepsLaterSinksOnLastGoodPlan(t *testing.T) {
-	old, next := &plan.Plan{}, &plan.Plan{}
-	serving := &recordingSink{name: "serving", fail: errors.New("refused")}
-	reporting := &recordingSink{name: "reporting"}
-	a := &Agent{sinks: []Sink{serving, reporting}, plan: old}
+func (s *recordingSink) Apply(_ context.Context, _ *discovery.Inventory, p *plan.Plan) error {
+	if s.fail != nil {
+		return s.fail
+	}
+	s.plans = append(s.plans, p)
+	return nil
+}
 
-	err := a.applySinks(context.Background(), next)
-	if err == nil || !strings.Contains(err.Error(), "serving: refused") {
-		t.Errorf("applySinks error = %v, want one naming the sink", err)
+// last is the plan the sink applied last.
+func (s *recordingSink) last() *plan.Plan {
+	if len(s.plans) == 0 {
+		return nil
 	}
-	if len(serving.plans) != 1 || serving.plans[0] != next {
-		t.Errorf("the failing sink got %v, want the new plan", serving.plans)
-	}
-	if len(reporting.plans) != 1 || reporting.plans[0] != old {
-		t.Errorf("the sink after a failing one got %v, want the last good plan", reporting.plans)
-	}
+	return s.plans[len(s.plans)-1]
+}
 
-	serving.fail = nil
-	if err := a.applySinks(context.Background(), next); err != nil {
+// gatingSink is a recordingSink that is a Gate.
+type gatingSink struct{ *recordingSink }
+
+func (g gatingSink) Hold(*plan.Plan) map[string]string { return g.hold }
+func (g gatingSink) GateChanged() <-chan struct{}      { return g.gateChanged }
+
+// testAgent is an agent with only the given sinks.
+func testAgent(sinks ...Sink) *Agent {
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	for _, s := range sinks {
+		a.addSink(s)
+	}
+	return a
+}
+
+// TestPlanRefusedByOneSinkIsAppliedByNone is the two-phase contract: a plan
+// one sink refuses in its Check phase reaches no sink's Apply, before or
+// after the refusing one, and every sink stays on the previous plan; the
+// error names the refusing sink. A plan every sink accepts reaches all.
+func TestPlanRefusedByOneSinkIsAppliedByNone(t *testing.T) {
+	first, refusing, last := &recordingSink{name: "first"}, &recordingSink{name: "refusing"}, &recordingSink{name: "last"}
+	a := testAgent(first, refusing, last)
+	old := &plan.Plan{Resources: []plan.Resource{{Name: "example.com/old"}}}
+	if err := a.serve(context.Background(), old); err != nil {
 		t.Fatal(err)
 	}
-	if reporting.plans[1] != next {
-		t.Errorf("with every sink taking it, the reporting sink got %p, want the new plan %p", reporting.plans[1], next)
+	refusing.refuse = errors.New("cannot serve example.com/new")
+	next := &plan.Plan{Resources: []plan.Resource{{Name: "example.com/new"}}}
+	err := a.serve(context.Background(), next)
+	if !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "refusing: cannot serve example.com/new") {
+		t.Fatalf("serve = %v, want a refusal naming the sink", err)
+	}
+	for _, s := range []*recordingSink{first, refusing, last} {
+		if s.last() != old || len(s.plans) != 1 {
+			t.Errorf("sink %s applied %v, want only the previous plan", s.name, s.plans)
+		}
+		if len(s.checked) != 2 || s.checked[1] != next {
+			t.Errorf("sink %s checked %v, want the previous and the new plan", s.name, s.checked)
+		}
+	}
+	if a.served != old {
+		t.Errorf("the agent serves %p, want the previous plan %p", a.served, old)
+	}
+
+	refusing.refuse = nil
+	if err := a.serve(context.Background(), next); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*recordingSink{first, refusing, last} {
+		if s.last() != next {
+			t.Errorf("sink %s is on %p once every sink takes the plan, want %p", s.name, s.last(), next)
+		}
 	}
 }
 
-// realishSource is a GPUSource without event injection, like real NVML.
+// TestApplyFailureKeepsLaterSinksOnLastGoodPlan: a sink that fails to apply
+// a plan every sink checked leaves the sinks after it on the last good
+// plan, so that what is published is what is served.
+func TestApplyFailureKeepsLaterSinksOnLastGoodPlan(t *testing.T) {
+	serving, reporting := &recordingSink{name: "serving"}, &recordingSink{name: "reporting"}
+	a := testAgent(serving, reporting)
+	old, next := &plan.Plan{}, &plan.Plan{}
+	if err := a.serve(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	serving.fail = errors.New("disk full")
+	err := a.serve(context.Background(), next)
+	if err == nil || errors.Is(err, errRefused) || !strings.Contains(err.Error(), "serving: disk full") {
+		t.Errorf("serve = %v, want an apply error naming the sink", err)
+	}
+	if reporting.last() != old {
+		t.Errorf("the sink after a failing one is on %p, want the last good plan %p", reporting.last(), old)
+	}
+}
+
+// TestGateHoldsBackForEverySink: what a gate holds back is marked in the
+// plan every sink checks and applies, and a plan applied again with the
+// same marks is the same plan (sinks change nothing).
+func TestGateHoldsBackForEverySink(t *testing.T) {
+	gate := gatingSink{&recordingSink{name: "gate", hold: map[string]string{"example.com/mps": "daemon starting"}}}
+	serving := &recordingSink{name: "serving"}
+	a := testAgent(gate, serving)
+	if len(a.gates) != 1 {
+		t.Fatalf("%d gates, want the gating sink", len(a.gates))
+	}
+	p := &plan.Plan{Resources: []plan.Resource{{Name: "example.com/gpu"}, {Name: "example.com/mps"}}}
+	if err := a.serve(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	got := serving.last()
+	if got.Resources[0].Held != "" || got.Resources[1].Held != "daemon starting" || p.Resources[1].Held != "" {
+		t.Fatalf("served %+v (rules' plan %+v), want example.com/mps held", got.Resources, p.Resources)
+	}
+	if err := a.serve(context.Background(), p); err != nil || serving.last() != got {
+		t.Errorf("the same plan and marks again gave %p (err %v), want the plan served %p", serving.last(), err, got)
+	}
+	gate.hold = nil
+	if err := a.serve(context.Background(), p); err != nil || serving.last() != p {
+		t.Errorf("released: serving %p (err %v), want the rules' plan %p", serving.last(), err, p)
+	}
+}
+
+// realishSource is a GPUSource without fault hooks, like real NVML.
 type realishSource struct{}
 
 func (realishSource) Discover() (*discovery.Inventory, nvml.Interface, error) {
@@ -65,12 +160,10 @@ func (realishSource) Discover() (*discovery.Inventory, nvml.Interface, error) {
 }
 func (realishSource) Close() {}
 
-func TestFakeEndpointsOnlyForEventInjectors(t *testing.T) {
-	fake, err := OpenFake("dgx-a100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fake.Close()
+var _ faultSource = (*gpusource.Fake)(nil)
+
+func TestFakeEndpointsOnlyForFakeNodes(t *testing.T) {
+	fake := openFakeT(t, "dgx-a100")
 	for _, tt := range []struct {
 		name string
 		src  GPUSource
@@ -94,34 +187,5 @@ func TestFakeEndpointsOnlyForEventInjectors(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestDroppedLabelsLoggedOncePerKey(t *testing.T) {
-	var logs strings.Builder
-	var forwarded int
-	d := &droppedLabels{
-		log:     slog.New(slog.NewTextHandler(&logs, nil)),
-		counter: prometheus.NewCounter(prometheus.CounterOpts{Name: "featureplug_label_dropped_total"}),
-		next:    func(string, string) { forwarded++ },
-		seen:    map[string]bool{},
-	}
-	long := "example.com/" + strings.Repeat("x", 70) + ".count"
-	for range 3 {
-		d.dropped(long, "name part must be no more than 63 characters")
-	}
-	d.dropped("example.com/y", "bad")
-	var m dto.Metric
-	if err := d.counter.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if got := m.GetCounter().GetValue(); got != 2 {
-		t.Errorf("featureplug_label_dropped_total = %v, want 2 (distinct keys)", got)
-	}
-	if n := strings.Count(logs.String(), "label left out"); n != 2 {
-		t.Errorf("%d warnings, want one per key:\n%s", n, logs.String())
-	}
-	if forwarded != 4 {
-		t.Errorf("the configured OnDropped saw %d drops, want 4", forwarded)
 	}
 }

@@ -1,7 +1,8 @@
 // Package kube is featureplug's Kubernetes API client: REST clients for the
-// few resources featureplug reads and writes (core/v1 Nodes, Events and
-// ConfigMaps, and NFD's nfd.k8s-sigs.io/v1alpha1 NodeFeatures) over one
-// HTTP client, with a scheme that holds only those two API groups.
+// few resources featureplug reads and writes (core/v1 Nodes, Events,
+// ConfigMaps and Pods, NFD's nfd.k8s-sigs.io/v1alpha1 NodeFeatures, and
+// resource.k8s.io/v1 ResourceSlices, ResourceClaims and DeviceClasses) over
+// one HTTP client, with a scheme that holds only those API groups.
 //
 // Why by hand rather than client-go's clientsets (a measured reason, see
 // docs/performance.md): k8s.io/client-go/kubernetes links a typed client and
@@ -16,7 +17,13 @@
 //
 // Interface is what the agent and the commands use; *Client implements it
 // and package kube/kubeclientset adapts client-go's clientsets (and so their
-// fakes) to it for tests and tools.
+// fakes) to it for tests and tools. Each client interface is declared once,
+// by the package that uses it: labeler.NodeFeatures, dra.ResourceSlices and
+// dra.ResourceClaims there, events.Events in the Event recorder's
+// package, the others (Nodes, ConfigMaps, Pods, DeviceClasses) here.
+// Beside the client is what the daemon builds on it: the watch of its own
+// Node (NodeWatch) and the owner references of its NodeFeature
+// (OwnerResolver).
 package kube
 
 import (
@@ -35,6 +42,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
+
+	"github.com/featureplug/featureplug/cmd/internal/events"
+	"github.com/featureplug/featureplug/labeler"
+	"github.com/featureplug/featureplug/plugin/dra"
 )
 
 // Interface is the API server as featureplug uses it.
@@ -42,11 +53,11 @@ type Interface interface {
 	// Nodes reads and watches Nodes.
 	Nodes() Nodes
 	// Events creates and patches core/v1 Events in a namespace (the
-	// agent's Event recorder: cmd/internal/agent/events.go).
-	Events(namespace string) Events
+	// agent's Event recorder, cmd/internal/events).
+	Events(namespace string) events.Events
 	// NodeFeatures reads, lists and patches NFD NodeFeatures in a
 	// namespace ("" lists every namespace).
-	NodeFeatures(namespace string) NodeFeatures
+	NodeFeatures(namespace string) labeler.NodeFeatures
 	// ConfigMaps reads ConfigMaps in a namespace.
 	ConfigMaps(namespace string) ConfigMaps
 	// Pods reads Pods in a namespace (the agent's own, for the
@@ -54,10 +65,10 @@ type Interface interface {
 	Pods(namespace string) Pods
 	// ResourceSlices reads, watches and writes resource.k8s.io/v1
 	// ResourceSlices (the DRA sink's; resourceslices.go).
-	ResourceSlices() ResourceSlices
+	ResourceSlices() dra.ResourceSlices
 	// ResourceClaims reads resource.k8s.io/v1 ResourceClaims in a
 	// namespace (the DRA driver's kubelet side; resourceclaims.go).
-	ResourceClaims(namespace string) ResourceClaims
+	ResourceClaims(namespace string) dra.ResourceClaims
 	// DeviceClasses lists resource.k8s.io/v1 DeviceClasses (`rules diff`;
 	// deviceclasses.go).
 	DeviceClasses() DeviceClasses
@@ -69,21 +80,6 @@ type Nodes interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error)
 	List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-}
-
-// Events is the part of client-go's typed EventInterface (core/v1)
-// featureplug uses; that interface satisfies it.
-type Events interface {
-	Create(ctx context.Context, event *corev1.Event, opts metav1.CreateOptions) (*corev1.Event, error)
-	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Event, error)
-}
-
-// NodeFeatures is the part of NFD's generated NodeFeatureInterface
-// featureplug uses; that interface satisfies it.
-type NodeFeatures interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (*nfdv1alpha1.NodeFeature, error)
-	List(ctx context.Context, opts metav1.ListOptions) (*nfdv1alpha1.NodeFeatureList, error)
-	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*nfdv1alpha1.NodeFeature, error)
 }
 
 // ConfigMaps is the part of client-go's typed ConfigMapInterface
@@ -197,21 +193,21 @@ func (n nodes) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interf
 }
 
 // Events implements Interface.
-func (c *Client) Events(namespace string) Events { return events{c, namespace} }
+func (c *Client) Events(namespace string) events.Events { return eventClient{c, namespace} }
 
-type events struct {
+type eventClient struct {
 	c  *Client
 	ns string
 }
 
-func (e events) Create(ctx context.Context, ev *corev1.Event, opts metav1.CreateOptions) (*corev1.Event, error) {
+func (e eventClient) Create(ctx context.Context, ev *corev1.Event, opts metav1.CreateOptions) (*corev1.Event, error) {
 	out := &corev1.Event{}
 	err := e.c.core.Post().Namespace(e.ns).Resource("events").
 		VersionedParams(&opts, e.c.params).Body(ev).Do(ctx).Into(out)
 	return out, err
 }
 
-func (e events) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Event, error) {
+func (e eventClient) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Event, error) {
 	out := &corev1.Event{}
 	err := e.c.core.Patch(pt).Namespace(e.ns).Resource("events").Name(name).
 		SubResource(subresources...).VersionedParams(&opts, e.c.params).Body(data).Do(ctx).Into(out)
@@ -219,7 +215,9 @@ func (e events) Patch(ctx context.Context, name string, pt types.PatchType, data
 }
 
 // NodeFeatures implements Interface.
-func (c *Client) NodeFeatures(namespace string) NodeFeatures { return nodeFeatures{c, namespace} }
+func (c *Client) NodeFeatures(namespace string) labeler.NodeFeatures {
+	return nodeFeatures{c, namespace}
+}
 
 type nodeFeatures struct {
 	c  *Client

@@ -5,18 +5,12 @@ import (
 
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/featureplug/featureplug/plugin/dra"
 )
 
-// ResourceClaims is the part of client-go's typed ResourceClaimInterface
-// (resource.k8s.io/v1) the DRA driver's kubelet side uses: it reads the
-// claim the kubelet asks it to prepare, for its allocation. That interface
-// satisfies it.
-type ResourceClaims interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourcev1.ResourceClaim, error)
-}
-
 // ResourceClaims implements Interface.
-func (c *Client) ResourceClaims(namespace string) ResourceClaims {
+func (c *Client) ResourceClaims(namespace string) dra.ResourceClaims {
 	return resourceClaims{c, namespace}
 }
 

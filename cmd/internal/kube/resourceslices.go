@@ -6,23 +6,12 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/featureplug/featureplug/plugin/dra"
 )
 
-// ResourceSlices is the part of client-go's typed ResourceSliceInterface
-// (resource.k8s.io/v1, cluster-scoped) the DRA sink uses; that interface
-// satisfies it. The sink lists and watches with the field selectors
-// spec.nodeName and spec.driver, so it sees only its own node's slices.
-type ResourceSlices interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourcev1.ResourceSlice, error)
-	List(ctx context.Context, opts metav1.ListOptions) (*resourcev1.ResourceSliceList, error)
-	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-	Create(ctx context.Context, slice *resourcev1.ResourceSlice, opts metav1.CreateOptions) (*resourcev1.ResourceSlice, error)
-	Update(ctx context.Context, slice *resourcev1.ResourceSlice, opts metav1.UpdateOptions) (*resourcev1.ResourceSlice, error)
-	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
-}
-
 // ResourceSlices implements Interface.
-func (c *Client) ResourceSlices() ResourceSlices { return resourceSlices{c} }
+func (c *Client) ResourceSlices() dra.ResourceSlices { return resourceSlices{c} }
 
 // resourceSlices makes the requests client-go's generated
 // ResourceSliceInterface makes (gentype), over the resource.k8s.io/v1

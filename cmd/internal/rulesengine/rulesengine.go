@@ -6,9 +6,42 @@ package rulesengine
 import (
 	"github.com/featureplug/featureplug/cmd/internal/agent"
 	"github.com/featureplug/featureplug/rules"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
-// New returns the rules package as the agent's RulesEngine.
+// ruleSet is a rules.RuleSet with the digest of what it was read from.
+type ruleSet struct {
+	*rules.RuleSet
+	digest string
+}
+
+// Digest implements agent.RuleSet.
+func (r ruleSet) Digest() string { return r.digest }
+
+// New returns the rules package as the agent's RulesEngine. A failed Load
+// or Parse gives a nil RuleSet, never an interface holding a nil
+// *rules.RuleSet.
 func New() agent.RulesEngine {
-	return agent.NewRulesEngine(rules.Default, rules.Load, rules.Parse, rules.BuiltinNames(), rules.MaxFileSize)
+	return agent.RulesEngine{
+		Default: func() agent.RuleSet {
+			rs := rules.Default()
+			return ruleSet{rs, rs.Source()}
+		},
+		Load: func(name string) (agent.RuleSet, error) {
+			rs, err := rules.Load(name)
+			if err != nil {
+				return nil, err
+			}
+			return ruleSet{rs, rs.Source()}, nil
+		},
+		Parse: func(source string, data []byte) (agent.RuleSet, error) {
+			rs, err := rules.Parse(source, data)
+			if err != nil {
+				return nil, err
+			}
+			return ruleSet{rs, plan.RulesDigest(data)}, nil
+		},
+		Builtins:    rules.BuiltinNames(),
+		MaxFileSize: rules.MaxFileSize,
+	}
 }

@@ -8,7 +8,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	nfdclientset "sigs.k8s.io/node-feature-discovery/api/generated/clientset/versioned"
 
+	"github.com/featureplug/featureplug/cmd/internal/events"
 	"github.com/featureplug/featureplug/cmd/internal/kube"
+	"github.com/featureplug/featureplug/labeler"
+	"github.com/featureplug/featureplug/plugin/dra"
 )
 
 // New returns kube and nfd as a kube.Interface.
@@ -23,9 +26,9 @@ type clientsets struct {
 
 func (c clientsets) Nodes() kube.Nodes { return c.kube.CoreV1().Nodes() }
 
-func (c clientsets) Events(namespace string) kube.Events { return c.kube.CoreV1().Events(namespace) }
+func (c clientsets) Events(namespace string) events.Events { return c.kube.CoreV1().Events(namespace) }
 
-func (c clientsets) NodeFeatures(namespace string) kube.NodeFeatures {
+func (c clientsets) NodeFeatures(namespace string) labeler.NodeFeatures {
 	return c.nfd.NfdV1alpha1().NodeFeatures(namespace)
 }
 
@@ -35,9 +38,9 @@ func (c clientsets) ConfigMaps(namespace string) kube.ConfigMaps {
 
 func (c clientsets) Pods(namespace string) kube.Pods { return c.kube.CoreV1().Pods(namespace) }
 
-func (c clientsets) ResourceSlices() kube.ResourceSlices { return c.kube.ResourceV1().ResourceSlices() }
+func (c clientsets) ResourceSlices() dra.ResourceSlices { return c.kube.ResourceV1().ResourceSlices() }
 
-func (c clientsets) ResourceClaims(namespace string) kube.ResourceClaims {
+func (c clientsets) ResourceClaims(namespace string) dra.ResourceClaims {
 	return c.kube.ResourceV1().ResourceClaims(namespace)
 }
 
