@@ -42,6 +42,9 @@ type PreparedDevice struct {
 	// ShareID identifies the allocation's share of a device that allows
 	// multiple allocations; empty otherwise.
 	ShareID string `json:"shareID,omitempty"`
+	// MIG is what Prepare created for a device of a GPU partitioned on
+	// demand (dynmig_prepare.go); nil for any other device.
+	MIG *CreatedMIG `json:"mig,omitempty"`
 }
 
 // PreparedClaim is a claim prepared on this node.

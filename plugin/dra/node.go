@@ -93,6 +93,9 @@ type NodeOptions struct {
 	// Clock drives the device health heartbeat (HealthHeartbeat); nil
 	// is the real clock.
 	Clock clock.WithTicker
+	// Partition prepares the devices of GPUs partitioned on demand; its
+	// zero value refuses them.
+	Partition Partitioner
 }
 
 // Node is the kubelet-facing half of the DRA driver: the plugin
@@ -125,6 +128,8 @@ type Node struct {
 
 	// health holds the DRAResourceHealth streams' state (health.go).
 	health healthState
+	// created are the MIG devices created for the claims (dynmig_prepare.go).
+	created createdSet
 }
 
 // NewNode checks the options and reads the checkpoint. A checkpoint whose
@@ -182,6 +187,13 @@ func NewNode(opts NodeOptions) (*Node, error) {
 			return nil, err
 		default:
 			n.claims = claims
+			for _, c := range claims {
+				for _, d := range c.Devices {
+					if d.MIG != nil && d.MIG.UUID != "" {
+						n.created.add(d.MIG.UUID)
+					}
+				}
+			}
 			if len(claims) > 0 {
 				n.log.Info("restored prepared DRA claims from the checkpoint", "file", n.ckpt.path, "claims", len(claims))
 			}

@@ -91,6 +91,7 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 		for _, uid := range added {
 			pc := n.claims[uid]
 			delete(n.claims, uid)
+			n.rollBackDynamic(pc)
 			resp.Claims[uid] = &drapbv1.NodePrepareResourceResponse{
 				Error: fmt.Sprintf("claim %s: not prepared: its devices cannot be checkpointed: %v", pc, err),
 			}
@@ -100,6 +101,7 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 		n.metrics.preparedClaims.Set(float64(len(n.claims)))
 		return resp, nil
 	}
+	n.preparedDynamic(added)
 	for _, uid := range added {
 		pc := n.claims[uid]
 		resp.Claims[uid] = pc.response()
@@ -125,6 +127,12 @@ func (s *draService) NodeUnprepareResources(_ context.Context, req *drapbv1.Node
 		uid := c.GetUid()
 		resp.Claims[uid] = &drapbv1.NodeUnprepareResourceResponse{}
 		if pc, ok := n.claims[uid]; ok {
+			if err := n.unprepareDynamic(pc); err != nil { // dynmig_prepare.go
+				resp.Claims[uid].Error = fmt.Sprintf("claim %s: not unprepared: %v", pc, err)
+				n.metrics.unprepares.WithLabelValues(resultError).Inc()
+				n.log.Warn("DRA claim not unprepared", "claim", pc.String(), "err", err)
+				continue
+			}
 			removed[uid] = pc
 			delete(n.claims, uid)
 			continue
@@ -214,6 +222,15 @@ func (n *Node) prepare(c *drapbv1.Claim, f fetchedClaim, table *Table) (Prepared
 			problem("device %q (request %q): unknown device: this node does not serve it through DRA now", r.Device, r.Request)
 			continue
 		}
+		if d.Partition != nil {
+			m, ids, err := n.prepareDynamic(pc, d) // dynmig_prepare.go
+			if err != nil {
+				problem("device %q (request %q, resource %s): %v", r.Device, r.Request, d.Resource, err)
+				continue
+			}
+			pc.Devices = append(pc.Devices, PreparedDevice{Requests: []string{baseRequest(r.Request)}, Pool: r.Pool, Device: r.Device, CDIDeviceIDs: ids, MIG: m})
+			continue
+		}
 		if len(d.CDIDevices) == 0 {
 			problem("device %q (request %q, resource %s): no CDI device IDs to give the container", r.Device, r.Request, d.Resource)
 			continue
@@ -230,6 +247,7 @@ func (n *Node) prepare(c *drapbv1.Claim, f fetchedClaim, table *Table) (Prepared
 		pc.Devices = append(pc.Devices, pd)
 	}
 	if nproblems > 0 {
+		n.rollBackDynamic(pc)
 		msg := strings.Join(problems, "; ")
 		if nproblems > len(problems) {
 			msg += fmt.Sprintf("; and %d more", nproblems-len(problems))

@@ -50,6 +50,8 @@ func NewNodeSink(node *Node, sink *Sink, retry wait.Backoff, log *slog.Logger) *
 	}
 	s := &NodeSink{node: node, log: log, retry: retry, start: make(chan struct{})}
 	sink.OnTableChange(node.TableChanged)
+	created := node.CreatedMIG
+	sink.createdMIG.Store(&created)
 	if node.PreparedClaims() > 0 {
 		s.Activate("prepared claims in the checkpoint")
 	}

@@ -96,6 +96,9 @@ type Sink struct {
 	// tableChanged are called after each new Table (NodeSink's device
 	// health streams).
 	tableChanged []func()
+	// createdMIG reports whether the kubelet-facing Node created a MIG
+	// device for a claim (Node.CreatedMIG); unset: none.
+	createdMIG atomic.Pointer[func(uuid string) bool]
 }
 
 // NewSink returns the DRA sink of c, with its metrics registered.
@@ -248,7 +251,16 @@ func (s *Sink) canServe(p *plan.Plan) error {
 
 // build makes the slice's devices and Table with the current health.
 func (s *Sink) build(inv *discovery.Inventory, p *plan.Plan) (Build, error) {
-	return BuildSlice(inv, p, BuildOptions{CDIKind: s.c.CDIKind, CDIName: s.c.CDIName, Unhealthy: s.unhealthy()})
+	return BuildSlice(inv, p, BuildOptions{CDIKind: s.c.CDIKind, CDIName: s.c.CDIName, Unhealthy: s.unhealthy(), Created: s.created()})
+}
+
+// created is what the Node created for claims, for the layout of the GPUs
+// partitioned on demand (set once, before the first plan).
+func (s *Sink) created() func(string) bool {
+	if f := s.createdMIG.Load(); f != nil {
+		return *f
+	}
+	return nil
 }
 
 // unhealthy is the health tracker's unhealthy set as taint reasons.
@@ -275,9 +287,13 @@ func (s *Sink) publishLocked(b Build) {
 	for _, f := range s.tableChanged {
 		f()
 	}
-	s.devices.Set(float64(len(b.Devices)))
+	n := 0
+	for _, sl := range b.Slices {
+		n += len(sl.Devices)
+	}
+	s.devices.Set(float64(n))
 	if s.pub != nil {
-		s.marker.offer(len(b.Devices) > 0, func() { s.pub.Offer(b.Devices) })
+		s.marker.offer(len(b.Slices) > 0, func() { s.pub.OfferSlices(b.Slices) })
 	}
 }
 

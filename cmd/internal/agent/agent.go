@@ -80,9 +80,12 @@ type Agent struct {
 	// kicks makes the rules file watch look at once (SIGHUP); gated is
 	// signalled when a gate's answer may have changed; outputs carries a
 	// sink whose watched output changed.
-	kicks   chan struct{}
-	gated   chan struct{}
-	outputs chan Restorer
+	kicks chan struct{}
+	// migChanged is signalled when Prepare or Unprepare created or
+	// destroyed a MIG device: the GPUs are discovered again at once.
+	migChanged chan struct{}
+	gated      chan struct{}
+	outputs    chan Restorer
 	// stall and unstall hold the loop still on a fake node (test hook of
 	// /healthz, see stallLoop).
 	stall, unstall chan struct{}
@@ -252,6 +255,8 @@ func (a *Agent) loop(ctx context.Context, wg *sync.WaitGroup, errs <-chan error,
 		case <-heartbeat.C:
 		case <-ticker.C:
 			a.rediscover(ctx, wg, "interval")
+		case <-a.migChanged:
+			a.rediscover(ctx, wg, "a MIG device created or destroyed for a claim")
 		case <-a.nodes.Changed():
 			a.nodeLabelsChanged(ctx)
 		case <-a.cfg.Rediscover:

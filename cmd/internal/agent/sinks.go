@@ -125,6 +125,9 @@ type Config struct {
 	// its edits come from is; its vendor/class is Plugin.CDIKind and its
 	// device names follow Plugin.DeviceIDStrategy.
 	CDI cdi.DriverConfig
+	// DRACrashAt, a test hook, kills the agent when a dynamic MIG
+	// prepare reaches the step it names (dra.PrepareSteps); "" never.
+	DRACrashAt string
 	// DRARegistryDir and DRAPluginDir are where the kubelet-facing DRA
 	// driver makes its registration socket and its DRA service socket
 	// (the command line's defaults are dra.DefaultRegistryDir and
@@ -180,16 +183,17 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		registry: prometheus.NewRegistry(),
-		healthCh: make(chan discovery.HealthEvent, 64),
-		live:     liveness.New(nil, cfg.LivenessTimeout),
-		kicks:    make(chan struct{}, 1),
-		gated:    make(chan struct{}, 1),
-		outputs:  make(chan Restorer, 8),
-		stall:    make(chan struct{}),
-		unstall:  make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		registry:   prometheus.NewRegistry(),
+		healthCh:   make(chan discovery.HealthEvent, 64),
+		live:       liveness.New(nil, cfg.LivenessTimeout),
+		kicks:      make(chan struct{}, 1),
+		migChanged: make(chan struct{}, 1),
+		gated:      make(chan struct{}, 1),
+		outputs:    make(chan Restorer, 8),
+		stall:      make(chan struct{}),
+		unstall:    make(chan struct{}),
 	}
 	var err error
 	if a.metrics, err = newMetrics(a.registry, func() bool { return a.ready() == nil }); err != nil {
@@ -264,6 +268,8 @@ type builder struct {
 	mps     *mps.Sink
 	plugins *deviceplugin.Sink
 	dra     *dra.Sink
+	// cdiGen finds the CDI edits of devices (nil without a CDI sink).
+	cdiGen cdi.Generator
 	// noCDI says why DRA devices have no CDI spec (nil: they have one).
 	noCDI error
 }
@@ -391,6 +397,7 @@ func (b *builder) newCDISink(draOnly bool) (*cdi.Sink, error) {
 		return nil, err
 	}
 	c.Generator, c.Cleanup = gen, cleanup
+	b.cdiGen = gen
 	return cdi.NewSink(c)
 }
 
@@ -433,6 +440,7 @@ func (b *builder) draNodeSink() (Sink, error) {
 		NodeName: a.cfg.NodeName, RegistryDir: a.cfg.DRARegistryDir, PluginDir: a.cfg.DRAPluginDir, StateDir: a.cfg.StateDir,
 		Claims: func(ns string) dra.ResourceClaims { return a.cfg.Kube.ResourceClaims(ns) },
 		Table:  b.dra.Table, Watcher: a.watcher, Logger: log, Registerer: a.registry,
+		Partition: b.partitioner(),
 	})
 	if err != nil {
 		return nil, err
@@ -442,6 +450,25 @@ func (b *builder) draNodeSink() (Sink, error) {
 		s.Activate("--serve dra")
 	}
 	return s, nil
+}
+
+// partitioner is how the kubelet-facing DRA driver prepares devices of
+// GPUs partitioned on demand: MIG devices through the NVML of the latest
+// discovery, their CDI specs one file per claim beside the agent's spec,
+// and a new discovery after each change.
+func (b *builder) partitioner() dra.Partitioner {
+	a := b.a
+	p := dra.Partitioner{NVML: a.nvml, CrashAt: a.cfg.DRACrashAt, Changed: func() { signal(a.migChanged) }}
+	if b.cdiGen == nil {
+		return p
+	}
+	specs := cdi.ClaimSpecs{Options: b.cdiOptions(), Writer: cdi.Writer{Dir: a.cfg.CDI.SpecDir}, Generator: b.cdiGen,
+		Discover: func() (*discovery.Inventory, error) {
+			inv, _, err := a.cfg.Source.Discover()
+			return inv, err
+		}}
+	p.WriteCDI, p.RemoveCDI = specs.Write, specs.Remove
+	return p
 }
 
 // publishSink makes the publishing sink: labels and features to the
