@@ -80,7 +80,7 @@ func buildDynamic(inv *discovery.Inventory, p *plan.Plan, schema *draattr.Schema
 		}
 		table = append(table, Device{Name: d.Name, Resource: res, Device: dev, Unhealthy: why})
 	}
-	l := migpartition.Build(p.DynamicMIG, migpartition.Options{Created: o.Created, Decorate: decorate})
+	l := migpartition.Build(p.DynamicMIG, migpartition.Options{Created: createdByUUID(p, o.Created), Decorate: decorate})
 	if len(errs) > 0 {
 		return nil, nil, nil, errors.Join(errs...)
 	}
@@ -93,6 +93,28 @@ func buildDynamic(inv *discovery.Inventory, p *plan.Plan, schema *draattr.Schema
 		out[i] = SliceContent{Devices: s.Devices, SharedCounters: s.SharedCounters}
 	}
 	return out, table, l.Withheld, nil
+}
+
+// createdByUUID is created as migpartition asks it: by the MIG device's
+// UUID alone.
+func createdByUUID(p *plan.Plan, created func(gpu, uuid string, pl migplace.Placement) bool) func(string) bool {
+	if created == nil {
+		return nil
+	}
+	type at struct {
+		gpu string
+		pl  migplace.Placement
+	}
+	where := map[string]at{}
+	for _, g := range p.DynamicMIG {
+		for _, m := range g.Existing {
+			where[m.UUID] = at{g.UUID, m.Placement}
+		}
+	}
+	return func(uuid string) bool {
+		w, ok := where[uuid]
+		return ok && created(w.gpu, uuid, w.pl)
+	}
 }
 
 // dynamicUnhealthy is the taint value of a device of a GPU partitioned on

@@ -66,6 +66,30 @@ type CreatedMIG struct {
 type createdSet struct {
 	mu   sync.Mutex
 	uuid map[string]bool
+	// placements are those of pending MIG devices (placementKey): a MIG
+	// device there is the pending prepare's.
+	placements map[string]bool
+}
+
+func (s *createdSet) addPlacement(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.placements == nil {
+		s.placements = map[string]bool{}
+	}
+	s.placements[key] = true
+}
+
+func (s *createdSet) removePlacement(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.placements, key)
+}
+
+func (s *createdSet) hasPlacement(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.placements[key]
 }
 
 func (s *createdSet) add(uuid string) {
@@ -90,8 +114,20 @@ func (s *createdSet) has(uuid string) bool {
 }
 
 // CreatedMIG reports whether the Node created the MIG device with the
-// given UUID for a claim it holds prepared (or is preparing).
-func (n *Node) CreatedMIG(uuid string) bool { return n.created.has(uuid) }
+// given UUID at placement pl of GPU gpu for a claim it holds prepared, or
+// a prepare of which (cut short by a crash) recorded that placement.
+func (n *Node) CreatedMIG(gpu, uuid string, pl migplace.Placement) bool {
+	return n.created.has(uuid) || n.created.hasPlacement(placementKey(gpu, CreatedMIG{Placement: pl}))
+}
+
+// nvml returns the NVML MIG devices are made through, nil before the
+// first discovery.
+func (n *Node) nvml() nvml.Interface {
+	if n.opts.Partition.NVML == nil {
+		return nil
+	}
+	return n.opts.Partition.NVML()
+}
 
 // crashAt kills the process at a prepare step the test hook names.
 func (n *Node) crashAt(step string) {
@@ -115,11 +151,17 @@ func (n *Node) prepareDynamic(pc PreparedClaim, d Device) (*CreatedMIG, []string
 	if p.NVML == nil || p.WriteCDI == nil {
 		return nil, nil, errors.New("this node cannot create MIG devices (no NVML or CDI spec writer)")
 	}
-	n.crashAt(StepBeforeNVML)
 	lib := p.NVML()
 	if lib == nil {
 		return nil, nil, errors.New("GPUs not discovered yet")
 	}
+	if !a.Whole {
+		t := a.Target
+		if err := n.recordPending(pc, CreatedMIG{GPU: t.GPUUUID, ProfileID: t.ProfileID, Placement: t.Placement}); err != nil {
+			return nil, nil, err
+		}
+	}
+	n.crashAt(StepBeforeNVML)
 	if a.Whole {
 		if err := migctl.SetMode(lib, a.GPU, false); err != nil {
 			return nil, nil, fmt.Errorf("the whole GPU %s needs MIG mode off: %w", a.GPU, err)
@@ -236,6 +278,8 @@ func (n *Node) rollBackDynamic(pc PreparedClaim) {
 	if err := n.unprepareDynamic(pc); err != nil {
 		n.log.Warn("taking back the MIG devices of a claim not prepared; the kubelet's retry finds them", "claim", pc.String(), "err", err)
 	}
+	// Its pending records stay: the kubelet retries the claim, or
+	// unprepares it, which destroys whatever the failed attempt left.
 }
 
 // preparedDynamic follows the checkpoint of newly prepared claims: the

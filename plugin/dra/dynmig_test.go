@@ -87,7 +87,7 @@ func TestBuildSliceDynamicTaints(t *testing.T) {
 	p := dynPlan(t)
 	const created = "MIG-created-0000"
 	p.DynamicMIG[0].Existing = []plan.ExistingMIG{{UUID: created, Profile: "3g.40gb", ProfileID: 9, Placement: migplace.Placement{Start: 4, Size: 4}, Whole: true}}
-	mine := func(uuid string) bool { return uuid == created }
+	mine := func(_, uuid string, _ migplace.Placement) bool { return uuid == created }
 	b, err := BuildSlice(inv, p, BuildOptions{CDIKind: "example.com/gpu", Unhealthy: Unhealthy{created: "xid-94"}, Created: mine})
 	if err != nil {
 		t.Fatal(err)

@@ -130,6 +130,10 @@ type Node struct {
 	health healthState
 	// created are the MIG devices created for the claims (dynmig_prepare.go).
 	created createdSet
+	// pending are the MIG devices prepares are creating, by claim UID,
+	// and journal their file (dynmig_journal.go); guarded by mu.
+	pending map[string][]PendingMIG
+	journal *journal
 }
 
 // NewNode checks the options and reads the checkpoint. A checkpoint whose
@@ -164,6 +168,8 @@ func NewNode(opts NodeOptions) (*Node, error) {
 		regPath: filepath.Join(opts.RegistryDir, RegistrationSocketName),
 		draPath: filepath.Join(opts.PluginDir, PluginSocketName),
 		claims:  map[string]PreparedClaim{},
+		pending: map[string][]PendingMIG{},
+		journal: newJournal(opts.StateDir),
 	}
 	for _, p := range []struct{ flag, path string }{{"registry directory", n.regPath}, {"plugin directory", n.draPath}} {
 		if len(p.path) > maxSocketPath {
@@ -198,6 +204,17 @@ func NewNode(opts NodeOptions) (*Node, error) {
 				n.log.Info("restored prepared DRA claims from the checkpoint", "file", n.ckpt.path, "claims", len(claims))
 			}
 		}
+	}
+	pending, err := n.journal.load()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pending {
+		n.pending[p.UID] = append(n.pending[p.UID], p)
+		n.created.addPlacement(placementKey(p.MIG.GPU, p.MIG))
+	}
+	if len(pending) > 0 {
+		n.log.Info("MIG devices a prepare was creating when the agent stopped; the kubelet's retry finishes them, its unprepare destroys them", "pending", len(pending))
 	}
 	n.metrics.preparedClaims.Set(float64(len(n.claims)))
 	return n, nil

@@ -101,6 +101,7 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 		n.metrics.preparedClaims.Set(float64(len(n.claims)))
 		return resp, nil
 	}
+	n.settlePending(added)
 	n.preparedDynamic(added)
 	for _, uid := range added {
 		pc := n.claims[uid]
@@ -135,6 +136,13 @@ func (s *draService) NodeUnprepareResources(_ context.Context, req *drapbv1.Node
 			}
 			removed[uid] = pc
 			delete(n.claims, uid)
+			continue
+		}
+		if _, ok := n.pending[uid]; ok {
+			if err := n.unpreparePending(uid); err != nil { // dynmig_journal.go
+				resp.Claims[uid].Error = fmt.Sprintf("claim %s: not unprepared: %v", claimRef(c.GetNamespace(), c.GetName(), uid), err)
+				n.metrics.unprepares.WithLabelValues(resultError).Inc()
+			}
 			continue
 		}
 		n.metrics.unprepares.WithLabelValues(resultUnknown).Inc()

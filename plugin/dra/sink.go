@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/migplace"
 	"github.com/featureplug/featureplug/discovery/statedir"
 	"github.com/featureplug/featureplug/plugin/health"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -98,7 +99,7 @@ type Sink struct {
 	tableChanged []func()
 	// createdMIG reports whether the kubelet-facing Node created a MIG
 	// device for a claim (Node.CreatedMIG); unset: none.
-	createdMIG atomic.Pointer[func(uuid string) bool]
+	createdMIG atomic.Pointer[func(gpu, uuid string, pl migplace.Placement) bool]
 }
 
 // NewSink returns the DRA sink of c, with its metrics registered.
@@ -256,7 +257,7 @@ func (s *Sink) build(inv *discovery.Inventory, p *plan.Plan) (Build, error) {
 
 // created is what the Node created for claims, for the layout of the GPUs
 // partitioned on demand (set once, before the first plan).
-func (s *Sink) created() func(string) bool {
+func (s *Sink) created() func(gpu, uuid string, pl migplace.Placement) bool {
 	if f := s.createdMIG.Load(); f != nil {
 		return *f
 	}

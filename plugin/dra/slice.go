@@ -13,6 +13,7 @@ import (
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
+	"github.com/featureplug/featureplug/discovery/migplace"
 	"github.com/featureplug/featureplug/plugin/migpartition"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -103,8 +104,9 @@ type BuildOptions struct {
 	// Unhealthy are the devices held unhealthy; they carry TaintUnhealthy.
 	Unhealthy Unhealthy
 	// Created reports whether featureplug created the MIG device with
-	// the given UUID for a claim (migpartition.Options.Created).
-	Created func(uuid string) bool
+	// the given UUID at placement pl of GPU gpu for a claim
+	// (migpartition.Options.Created); nil: none.
+	Created func(gpu, uuid string, pl migplace.Placement) bool
 	// Default is the API of the resources whose rules did not choose one,
 	// for a plan not resolved yet (plan.WithServeDefault); the agent's
 	// sinks get resolved plans and leave it empty.

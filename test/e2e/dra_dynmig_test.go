@@ -400,3 +400,111 @@ func dynE2EOverlap(a, b dynE2EClaimed) bool {
 	size := map[uint32]int{19: 1, 15: 2, 14: 2, 9: 4, 5: 4, 0: 8}
 	return a.start < b.start+size[b.profileID] && b.start < a.start+size[a.profileID]
 }
+
+// dynE2ESteps are the prepare steps of the agent's test hook
+// (dra.PrepareSteps) and what the fake NVML holds for the claim when the
+// agent is killed there: nothing, a GPU instance without its compute
+// instance, or the whole MIG device.
+var dynE2ESteps = []struct {
+	step string
+	left string // "", "gi" or "mig"
+}{
+	{"before-nvml", ""},
+	{"after-gpu-instance", "gi"},
+	{"after-compute-instance", "mig"},
+	{"after-cdi", "mig"},
+	{"after-checkpoint", "mig"},
+}
+
+// crashPrepare starts the agent with its test hook at step, places a pod
+// asking for res and has the kubelet prepare it: the agent kills itself
+// at the step, and the kubelet's prepare fails. It returns the pod and
+// its allocated placement.
+func (n *dynE2ENode) crashPrepare(t *testing.T, step, pod, res string) dynE2EClaimed {
+	t.Helper()
+	if err := n.agent.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	n.start(t, step)
+	n.draE2EWaitRegistered(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := n.api.Client.CoreV1().Pods(draE2ENamespace).Create(ctx, draE2EPod(pod, res, 1, ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := dynE2EClaimed{pod: n.waitBound(t, pod)}
+	devs := draE2EAllocated(t, n.api, n.name, c.pod.Status.ExtendedResourceClaimStatus.ResourceClaimName)
+	if len(devs) != 1 {
+		t.Fatalf("pod %s: allocated %v", pod, devs)
+	}
+	c.device = devs[0]
+	c.profileID, c.start, _ = dynE2EPlacement(c.device)
+	if _, err := n.kubelet.PreparePod(ctx, c.pod); err == nil {
+		t.Fatalf("prepare of pod %s succeeded with the agent set to die at %s", pod, step)
+	}
+	select {
+	case <-n.agent.Done():
+	case <-ctx.Done():
+		t.Fatalf("the agent did not die at %s", step)
+	}
+	return c
+}
+
+// wantLeft checks what the fake NVML holds after a crash at a step: left
+// "" nothing, "gi" one GPU instance at the claim's placement without a
+// compute instance, "mig" one MIG device there.
+func (n *dynE2ENode) wantLeft(t *testing.T, c dynE2EClaimed, left string) {
+	t.Helper()
+	got := n.migState(t)
+	switch {
+	case left == "" && len(got) == 0:
+	case left != "" && len(got) == 1 && got[0].Start == c.start && got[0].ProfileID == c.profileID && (got[0].UUID == "") == (left == "gi"):
+	default:
+		t.Fatalf("after the crash the fake NVML holds %+v, want %q at %s", got, left, c.device)
+	}
+}
+
+// TestDynamicMIGCrashAtEachPrepareStep kills the agent (SIGKILL, by its
+// test hook) at each step of a dynamic MIG prepare: before the first NVML
+// call, after the GPU instance, after the compute instance, after the CDI
+// spec, after the checkpoint. The restarted agent, on the kubelet's retry,
+// answers with exactly one MIG device for the claim, at its placement (the
+// one a crash left, finished, never a second), and the kubelet's unprepare
+// leaves none. A claim whose pod goes away after such a crash instead of
+// being retried is unprepared too, and what the crash left is destroyed.
+func TestDynamicMIGCrashAtEachPrepareStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager and featureplug")
+	}
+	_, n := dynE2EStart(t)
+	for i, s := range dynE2ESteps {
+		t.Run(s.step, func(t *testing.T) {
+			c := n.crashPrepare(t, s.step, fmt.Sprintf("crash-%d", i), dynE2E3g)
+			n.wantLeft(t, c, s.left)
+			n.start(t, "")
+			n.draE2EWaitRegistered(t)
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			ids, err := n.kubelet.PreparePod(ctx, c.pod)
+			if err != nil {
+				t.Fatalf("the kubelet's retry after the crash at %s: %v", s.step, err)
+			}
+			c.mig = n.checkPrepared(t, c, ids["main"], dynE2E3g)
+			n.wantMIG(t, c)
+			n.deletePod(t, c.pod)
+			n.wantMIG(t)
+			n.waitPool(t, dynE2EDevicesPerGPU)
+		})
+	}
+	t.Run("PodGoneAfterCrash", func(t *testing.T) {
+		c := n.crashPrepare(t, "after-compute-instance", "crash-gone", dynE2E1g)
+		n.wantLeft(t, c, "mig")
+		n.start(t, "")
+		n.draE2EWaitRegistered(t)
+		// The restarted agent counts the MIG device the crash left as
+		// its claim's: its GPU stays offered.
+		n.waitPool(t, dynE2EDevicesPerGPU)
+		n.deletePod(t, c.pod)
+		n.wantMIG(t)
+	})
+}
