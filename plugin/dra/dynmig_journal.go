@@ -193,3 +193,22 @@ func (n *Node) heldByClaim(uuid string) bool {
 	}
 	return false
 }
+
+// reservedMIG returns the MIG devices created for prepared claims, by
+// UUID, with the claim that holds each.
+func (n *Node) reservedMIG() map[string]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out map[string]string
+	for _, c := range n.claims {
+		for _, d := range c.Devices {
+			if d.MIG != nil && d.MIG.UUID != "" {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[d.MIG.UUID] = "created for DRA claim " + c.String() + " until it ends"
+			}
+		}
+	}
+	return out
+}

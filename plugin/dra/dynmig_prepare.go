@@ -257,6 +257,7 @@ func (n *Node) unprepareDynamic(pc PreparedClaim) error {
 		}
 		n.created.remove(m.UUID)
 		n.log.Info("MIG device of a claim destroyed", "claim", pc.String(), "gpu", m.GPU, "placement", m.Placement.String(), "mig", m.UUID)
+		n.leaveMIGMode(lib, m.GPU)
 	}
 	if !dynamic {
 		return nil
@@ -296,4 +297,47 @@ func (n *Node) preparedDynamic(uids []string) {
 			}
 		}
 	}
+}
+
+// leaveMIGMode turns MIG mode off on a GPU the rules no longer partition
+// on demand once the last MIG device created there is gone, where that
+// needs no reset: a rules edit that stopped partitioning the GPU converges
+// to a whole GPU when its claims end. A GPU still partitioned on demand
+// keeps its mode, as does one whose mode change needs a reset.
+func (n *Node) leaveMIGMode(lib nvml.Interface, gpu string) {
+	if n.partitioned(gpu) {
+		return
+	}
+	devs, err := migctl.List(lib, gpu)
+	if err != nil || len(devs) > 0 {
+		return
+	}
+	h, ret := lib.DeviceGetHandleByUUID(gpu)
+	if ret != nvml.SUCCESS {
+		return
+	}
+	major, _, ret := h.GetCudaComputeCapability()
+	if ret != nvml.SUCCESS || migplace.ModeChangeNeedsReset(major) {
+		return
+	}
+	if err := migctl.SetMode(lib, gpu, false); err != nil {
+		n.log.Warn("could not turn MIG mode off on a GPU no longer partitioned on demand", "gpu", gpu, "err", err)
+		return
+	}
+	n.log.Info("MIG mode turned off: the GPU is no longer partitioned on demand and its last MIG device is gone", "gpu", gpu)
+}
+
+// partitioned reports whether the current Table offers a device of the
+// GPU partitioned on demand.
+func (n *Node) partitioned(gpu string) bool {
+	t := n.opts.Table()
+	if t == nil {
+		return false
+	}
+	for _, d := range t.byName {
+		if d.Partition != nil && d.Partition.GPU == gpu {
+			return true
+		}
+	}
+	return false
 }

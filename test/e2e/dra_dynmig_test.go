@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -160,7 +161,8 @@ func (n *dynE2ENode) waitPool(t *testing.T, want int) map[string]resourceapi.Dev
 
 // dynE2EMIG is a MIG device of the fake node's NVML state.
 type dynE2EMIG struct {
-	ProfileID uint32
+	GPUInstanceID uint32
+	ProfileID     uint32
 	Start     int
 	UUID      string // "" for a GPU instance without a compute instance
 }
@@ -176,6 +178,7 @@ func (n *dynE2ENode) migState(t *testing.T) []dynE2EMIG {
 	var st struct {
 		GPUs []struct {
 			Instances []struct {
+				ID        uint32 `json:"id"`
 				ProfileID uint32 `json:"profileID"`
 				Start     int    `json:"start"`
 				Compute   []struct {
@@ -189,7 +192,7 @@ func (n *dynE2ENode) migState(t *testing.T) []dynE2EMIG {
 	}
 	var out []dynE2EMIG
 	for _, gi := range st.GPUs[0].Instances {
-		m := dynE2EMIG{ProfileID: gi.ProfileID, Start: gi.Start}
+		m := dynE2EMIG{GPUInstanceID: gi.ID, ProfileID: gi.ProfileID, Start: gi.Start}
 		if len(gi.Compute) > 1 {
 			t.Errorf("GPU instance at memory slice %d holds %d compute instances, want 1", gi.Start, len(gi.Compute))
 		}
@@ -312,7 +315,11 @@ func (n *dynE2ENode) wantMIG(t *testing.T, claimed ...dynE2EClaimed) {
 	slices.SortFunc(want, func(a, b dynE2EMIG) int { return a.Start - b.Start })
 	// A destroy is answered before the test looks; a create before the
 	// claim is prepared: no waiting.
-	if got := n.migState(t); !slices.Equal(got, want) {
+	got := n.migState(t)
+	for i := range got {
+		got[i].GPUInstanceID = 0
+	}
+	if !slices.Equal(got, want) {
 		t.Errorf("the fake NVML holds MIG devices %+v, want exactly %+v", got, want)
 	}
 }
@@ -507,4 +514,97 @@ func TestDynamicMIGCrashAtEachPrepareStep(t *testing.T) {
 		n.deletePod(t, c.pod)
 		n.wantMIG(t)
 	})
+}
+
+// waitDevices waits until the node's slices hold exactly want devices per
+// resource attribute, and returns them by name.
+func (n *dynE2ENode) waitDevices(t *testing.T, what string, want map[string]int) map[string]resourceapi.Device {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var devs map[string]resourceapi.Device
+	if err := waitFor(ctx, func() (bool, string) {
+		list, err := n.api.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name})
+		if err != nil {
+			return false, err.Error()
+		}
+		devs = map[string]resourceapi.Device{}
+		got := map[string]int{}
+		for i := range list.Items {
+			for k, c := range draE2ESliceResources(&list.Items[i]) {
+				got[k] += c
+			}
+			for _, d := range list.Items[i].Spec.Devices {
+				devs[d.Name] = d
+			}
+		}
+		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("devices by resource %v", got)
+	}); err != nil {
+		t.Fatalf("%s: the slices of node %s: %v; want %v", what, n.name, err, want)
+	}
+	return devs
+}
+
+// TestDynamicMIGHealthAndRulesEdit prepares a mig-3g.40gb claim on a fake
+// H100 partitioned on demand, then: an XID on the MIG device created for
+// it (48, a double-bit ECC error) taints exactly its placement device; a rules edit that stops
+// partitioning the GPU (a devices: mig rule and a whole-GPU rule instead)
+// keeps the claim and its MIG device, and offers nothing (neither the MIG
+// device, which the claim holds, nor the GPU, in MIG mode); once the claim
+// ends its MIG device is destroyed, MIG mode turned off, and the whole GPU
+// offered as the new rules say.
+func TestDynamicMIGHealthAndRulesEdit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager and featureplug")
+	}
+	_, n := dynE2EStart(t)
+	c := n.placeAndPrepare(t, "health", dynE2E3g)
+	gi := n.migState(t)[0].GPUInstanceID
+
+	httpc := &http.Client{Timeout: 2 * time.Second}
+	resp, err := httpc.Post(fmt.Sprintf("%s/fake/xid?gpu=0&gi=%d&ci=0&xid=48", n.agent.base, gi), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("injecting an XID on the MIG device: %s", resp.Status)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := waitFor(ctx, func() (bool, string) {
+		devs := n.waitPool(t, dynE2EDevicesPerGPU)
+		var tainted []string
+		for name, d := range devs {
+			if len(d.Taints) > 0 {
+				tainted = append(tainted, name)
+			}
+		}
+		return slices.Equal(tainted, []string{c.device}), fmt.Sprintf("tainted %v", tainted)
+	}); err != nil {
+		t.Fatalf("after an XID on the MIG device of %s: %v; want exactly it tainted", c.device, err)
+	}
+
+	static := `apiVersion: featureplug.io/v1alpha1
+kind: ResourceRules
+rules:
+- name: mig
+  devices: mig
+  resource: example.com/mig
+  serve: dra
+- name: whole
+  devices: gpu
+  resource: ` + dynE2EWhole + `
+  serve: dra
+`
+	if err := os.WriteFile(n.rules, []byte(static), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.agent.hup(t)
+	n.waitDevices(t, "after the rules edit", map[string]int{})
+	n.wantMIG(t, c)
+
+	n.deletePod(t, c.pod)
+	n.wantMIG(t)
+	n.waitDevices(t, "once the claim ended", map[string]int{dynE2EWhole: 1})
 }

@@ -69,9 +69,11 @@ type Agent struct {
 	// sinks are the agent's outputs, in the order plans are applied
 	// (buildSinks); gates are those that hold resources back, runners
 	// the parts with work of their own.
-	sinks   []Sink
-	gates   []Gate
-	runners []namedRunner
+	sinks []Sink
+	gates []Gate
+	// reservers are the sinks that reserve devices (Reserver).
+	reservers []Reserver
+	runners   []namedRunner
 
 	// planReport reports devices the plan leaves out (planreport.go).
 	planReport *planReport
