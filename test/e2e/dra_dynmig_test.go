@@ -163,8 +163,8 @@ func (n *dynE2ENode) waitPool(t *testing.T, want int) map[string]resourceapi.Dev
 type dynE2EMIG struct {
 	GPUInstanceID uint32
 	ProfileID     uint32
-	Start     int
-	UUID      string // "" for a GPU instance without a compute instance
+	Start         int
+	UUID          string // "" for a GPU instance without a compute instance
 }
 
 // migState reads the fake node's MIG devices (GPU 0's) from its driver
@@ -547,8 +547,9 @@ func (n *dynE2ENode) waitDevices(t *testing.T, what string, want map[string]int)
 
 // TestDynamicMIGHealthAndRulesEdit prepares a mig-3g.40gb claim on a fake
 // H100 partitioned on demand, then: an XID on the MIG device created for
-// it (48, a double-bit ECC error) taints exactly its placement device; a rules edit that stops
-// partitioning the GPU (a devices: mig rule and a whole-GPU rule instead)
+// it (48, a double-bit ECC error) taints exactly its placement device; a
+// rules edit that stops partitioning the GPU (a devices: mig rule and a
+// whole-GPU rule instead)
 // keeps the claim and its MIG device, and offers nothing (neither the MIG
 // device, which the claim holds, nor the GPU, in MIG mode); once the claim
 // ends its MIG device is destroyed, MIG mode turned off, and the whole GPU
