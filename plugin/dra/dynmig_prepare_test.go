@@ -257,7 +257,10 @@ func (c *countingLib) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Retu
 	return countingDevice{h, c}, ret
 }
 
-func (c *countingLib) DeviceGetCount() (int, nvml.Return) { c.add(); return c.Interface.DeviceGetCount() }
+func (c *countingLib) DeviceGetCount() (int, nvml.Return) {
+	c.add()
+	return c.Interface.DeviceGetCount()
+}
 
 func (c *countingLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	c.add()
@@ -313,7 +316,10 @@ type countingGI struct {
 	c *countingLib
 }
 
-func (g countingGI) GetInfo() (nvml.GpuInstanceInfo, nvml.Return) { g.c.add(); return g.GpuInstance.GetInfo() }
+func (g countingGI) GetInfo() (nvml.GpuInstanceInfo, nvml.Return) {
+	g.c.add()
+	return g.GpuInstance.GetInfo()
+}
 func (g countingGI) GetComputeInstanceProfileInfo(p, e int) (nvml.ComputeInstanceProfileInfo, nvml.Return) {
 	g.c.add()
 	return g.GpuInstance.GetComputeInstanceProfileInfo(p, e)
