@@ -16,6 +16,7 @@ import (
 	"github.com/featureplug/featureplug/discovery/migplace"
 	"github.com/featureplug/featureplug/discovery/statedir"
 	"github.com/featureplug/featureplug/plugin/health"
+	"github.com/featureplug/featureplug/plugin/migpartition"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -100,6 +101,8 @@ type Sink struct {
 	// createdMIG reports whether the kubelet-facing Node created a MIG
 	// device for a claim (Node.CreatedMIG); unset: none.
 	createdMIG atomic.Pointer[func(gpu, uuid string, pl migplace.Placement) bool]
+	// withheld is what logWithheld said last; guarded by mu.
+	withheld string
 }
 
 // NewSink returns the DRA sink of c, with its metrics registered.
@@ -284,6 +287,7 @@ func (s *Sink) unhealthy() Unhealthy {
 // offer first records in the state directory that the node may have a
 // slice (sliceMarker). s.mu is held.
 func (s *Sink) publishLocked(b Build) {
+	s.logWithheld(b.Withheld)
 	s.table.Store(b.Table)
 	for _, f := range s.tableChanged {
 		f()
@@ -295,6 +299,19 @@ func (s *Sink) publishLocked(b Build) {
 	s.devices.Set(float64(n))
 	if s.pub != nil {
 		s.marker.offer(len(b.Slices) > 0, func() { s.pub.OfferSlices(b.Slices) })
+	}
+}
+
+// logWithheld says, when it changes, which GPUs partitioned on demand are
+// not offered and why. s.mu is held.
+func (s *Sink) logWithheld(ws []migpartition.Withheld) {
+	text := fmt.Sprint(ws)
+	if text == s.withheld {
+		return
+	}
+	s.withheld = text
+	for _, w := range ws {
+		s.log.Warn("a GPU partitioned on demand is not offered", "gpu", w.GPU, "why", w.Reason)
 	}
 }
 

@@ -248,10 +248,12 @@ func (n *dynE2ENode) placeAndPrepare(t *testing.T, name, res string) dynE2EClaim
 	if c.profileID, c.start, ok = dynE2EPlacement(c.device); !ok {
 		t.Fatalf("pod %s asking for %s was allocated %s, which is no placement device", name, res, c.device)
 	}
+	began := time.Now()
 	ids, err := n.kubelet.PreparePod(ctx, c.pod)
 	if err != nil {
 		t.Fatalf("preparing pod %s: %v", name, err)
 	}
+	t.Logf("pod %s: claim allocated %s, prepared by the kubelet's DRA manager in %v", name, c.device, time.Since(began).Round(time.Microsecond))
 	c.mig = n.checkPrepared(t, c, ids["main"], res)
 	return c
 }
