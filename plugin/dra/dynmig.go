@@ -143,3 +143,19 @@ func gpuOf(inv *discovery.Inventory, uuid string) (*discovery.GPU, bool) {
 	}
 	return inv.GPUByUUID(uuid)
 }
+
+// dynamicRule names the rule that gives a resource of GPUs partitioned on
+// demand.
+func dynamicRule(p *plan.Plan, resource string) string {
+	for _, g := range p.DynamicMIG {
+		if g.WholeGPU == resource {
+			return g.Rule
+		}
+		for _, prof := range g.Profiles {
+			if prof.Resource == resource {
+				return g.Rule
+			}
+		}
+	}
+	return "?"
+}

@@ -242,6 +242,8 @@ func (s *Sink) canServe(p *plan.Plan) error {
 		rule := "?"
 		if len(r.Devices) > 0 {
 			rule = r.Devices[0].Rule
+		} else if r.Dynamic {
+			rule = dynamicRule(p, r.Name) // dynmig.go
 		}
 		switch {
 		case s.pub == nil:
