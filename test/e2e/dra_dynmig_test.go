@@ -587,6 +587,23 @@ func TestDynamicMIGHealthAndRulesEdit(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("after an XID on the MIG device of %s: %v; want exactly it tainted", c.device, err)
 	}
+	// The kubelet's DRA manager learns it from the health stream and puts
+	// it in the pod's status.
+	if err := waitFor(ctx, func() (bool, string) {
+		cs := n.kubelet.AllocatedResourcesStatus(c.pod)
+		for _, st := range cs {
+			for _, rs := range st.AllocatedResourcesStatus {
+				for _, h := range rs.Resources {
+					if h.Health == corev1.ResourceHealthStatusUnhealthy {
+						return true, ""
+					}
+				}
+			}
+		}
+		return false, fmt.Sprintf("container statuses %+v", cs)
+	}); err != nil {
+		t.Fatalf("the pod's status does not show its MIG device unhealthy: %v", err)
+	}
 
 	static := `apiVersion: featureplug.io/v1alpha1
 kind: ResourceRules
