@@ -547,21 +547,44 @@ func (n *dynE2ENode) waitDevices(t *testing.T, what string, want map[string]int)
 	return devs
 }
 
-// TestDynamicMIGHealthAndRulesEdit prepares a mig-3g.40gb claim on a fake
-// H100 partitioned on demand, then: an XID on the MIG device created for
-// it (48, a double-bit ECC error) taints exactly its placement device; a
-// rules edit that stops partitioning the GPU (a devices: mig rule and a
-// whole-GPU rule instead)
-// keeps the claim and its MIG device, and offers nothing (neither the MIG
-// device, which the claim holds, nor the GPU, in MIG mode); once the claim
-// ends its MIG device is destroyed, MIG mode turned off, and the whole GPU
-// offered as the new rules say.
+// TestDynamicMIGHealthAndRulesEdit prepares a claim of a 3g.40gb placement
+// on a fake H100 partitioned on demand, then: an XID on the MIG device
+// created for it (48, a double-bit ECC error) taints exactly its placement
+// device, and the kubelet shows it unhealthy in the pod's status; a rules
+// edit that stops partitioning the GPU (a devices: mig rule and a
+// whole-GPU rule instead) keeps the claim and its MIG device, and offers
+// nothing (neither the MIG device, which the claim holds, nor the GPU, in
+// MIG mode); once the claim ends its MIG device is destroyed, MIG mode
+// turned off, and the whole GPU offered as the new rules say.
 func TestDynamicMIGHealthAndRulesEdit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager and featureplug")
 	}
-	_, n := dynE2EStart(t)
-	c := n.placeAndPrepare(t, "health", dynE2E3g)
+	api, n := dynE2EStart(t)
+	// A claim of its own (not an extended resource's), whose health the
+	// kubelet puts in the pod's status under its name.
+	draE2ECreateAnyClass(t, api)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	claims := api.Client.ResourceV1().ResourceClaims(draE2ENamespace)
+	if _, err := claims.Create(ctx, draE2EClaim("health", draE2EAttr("type")+` == "mig" && `+draE2EAttr("profile")+` == "3g.40gb"`), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.Client.CoreV1().Pods(draE2ENamespace).Create(ctx, draE2EPod("health", "", 0, "health"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := dynE2EClaimed{pod: draE2EWaitPod(t, api, "health", "bound", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })}
+	devs := draE2EAllocated(t, api, n.name, "health")
+	if len(devs) != 1 {
+		t.Fatalf("claim health allocated %v", devs)
+	}
+	c.device = devs[0]
+	c.profileID, c.start, _ = dynE2EPlacement(c.device)
+	ids, err := n.kubelet.PreparePod(ctx, c.pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mig = n.checkPrepared(t, c, ids["main"], dynE2E3g)
 	gi := n.migState(t)[0].GPUInstanceID
 
 	httpc := &http.Client{Timeout: 2 * time.Second}
@@ -573,8 +596,6 @@ func TestDynamicMIGHealthAndRulesEdit(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("injecting an XID on the MIG device: %s", resp.Status)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
 	if err := waitFor(ctx, func() (bool, string) {
 		devs := n.waitPool(t, dynE2EDevicesPerGPU)
 		var tainted []string
@@ -589,21 +610,7 @@ func TestDynamicMIGHealthAndRulesEdit(t *testing.T) {
 	}
 	// The kubelet's DRA manager learns it from the health stream and puts
 	// it in the pod's status.
-	if err := waitFor(ctx, func() (bool, string) {
-		cs := n.kubelet.AllocatedResourcesStatus(c.pod)
-		for _, st := range cs {
-			for _, rs := range st.AllocatedResourcesStatus {
-				for _, h := range rs.Resources {
-					if h.Health == corev1.ResourceHealthStatusUnhealthy {
-						return true, ""
-					}
-				}
-			}
-		}
-		return false, fmt.Sprintf("container statuses %+v", cs)
-	}); err != nil {
-		t.Fatalf("the pod's status does not show its MIG device unhealthy: %v", err)
-	}
+	draE2EWaitDeviceHealth(t, n.kubelet, c.pod, ids["main"][0], corev1.ResourceHealthStatusUnhealthy, "xid-48")
 
 	static := `apiVersion: featureplug.io/v1alpha1
 kind: ResourceRules
@@ -625,6 +632,9 @@ rules:
 	n.wantMIG(t, c)
 
 	n.deletePod(t, c.pod)
+	if err := claims.Delete(ctx, "health", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	n.wantMIG(t)
 	n.waitDevices(t, "once the claim ended", map[string]int{dynE2EWhole: 1})
 }
