@@ -12,6 +12,21 @@
 // device is offered through exactly one API. Sink (the ResourceSlice and
 // the Table) and NodeSink (the kubelet-facing Node) are the agent's
 // outputs over it.
+//
+// The kubelet side is written here rather than with
+// k8s.io/dynamic-resource-allocation/kubeletplugin, for a measured
+// reason: kubeletplugin takes client-go's kubernetes.Interface, which
+// links the typed client of every API group. Built as the Dockerfile
+// builds it (stripped, noclaimexplain), the agent is 34.7 MB, and 62.5 MB
+// with kubeletplugin and a clientset linked in, over the 40 MB goal;
+// `featureplug version` alone then peaks at 61 MiB resident instead of
+// 37.6 MiB. What the library gives (registration, the DRA and health
+// services, a checkpoint of prepared claims) is a few hundred lines here.
+// The kubelet APIs served, most recent first, as the 1.37 kubelet picks
+// them: DRAPlugin v1 and v1beta1 (k8s.io/kubelet/pkg/apis/dra), and
+// DRAResourceHealth v1 and v1alpha1 (pkg/apis/dra-health), registered
+// through pluginregistration v1; TestServesEveryKubeletDRAVersion fails
+// when the linked k8s.io/kubelet gains a version not served.
 package dra
 
 import (
