@@ -42,6 +42,12 @@ type PreparedDevice struct {
 	// ShareID identifies the allocation's share of a device that allows
 	// multiple allocations; empty otherwise.
 	ShareID string `json:"shareID,omitempty"`
+	// AdminAccess is set for a device of an admin-access request: the
+	// container sees it beside the claims that use it, and it is not
+	// counted as in use.
+	AdminAccess bool `json:"adminAccess,omitempty"`
+	// Status is the device's data in the claim's status.devices.
+	Status *DeviceStatusData `json:"status,omitempty"`
 }
 
 // PreparedClaim is a claim prepared on this node.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -57,12 +58,14 @@ const (
 )
 
 // ResourceClaims reads the ResourceClaims (resource.k8s.io/v1) of one
-// namespace: the part of client-go's typed ResourceClaimInterface the
-// driver uses, which that interface and the agent's API client satisfy.
-// Get returns an error that apierrors.IsNotFound recognizes for a claim
-// that does not exist.
+// namespace and writes their status: the part of client-go's typed
+// ResourceClaimInterface the driver uses, which that interface and the
+// agent's API client satisfy. Get returns an error that
+// apierrors.IsNotFound recognizes for a claim that does not exist; Patch
+// with subresource "status" writes the status (server-side apply).
 type ResourceClaims interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourceapi.ResourceClaim, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*resourceapi.ResourceClaim, error)
 }
 
 // NodeOptions configure a Node.

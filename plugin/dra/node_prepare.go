@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/ptr"
 )
 
 // maxDeviceErrors is how many device problems one claim's error names;
@@ -39,12 +40,19 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 	if err := checkClaims(req.GetClaims()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "NodePrepareResources: "+err.Error())
 	}
-	n := s.n
+	resp, prepared := s.n.prepareClaims(ctx, req.GetClaims())
+	s.n.writeClaimStatuses(ctx, prepared)
+	return resp, nil
+}
+
+// prepareClaims prepares claims (or answers them from the checkpoint) and
+// returns the kubelet's answer and the claims it gives devices.
+func (n *Node) prepareClaims(ctx context.Context, claims []*drapbv1.Claim) (*drapbv1.NodePrepareResourcesResponse, []PreparedClaim) {
 	// API reads happen before taking the lock, as the kubelet plugin
 	// helper does, for the claims not prepared yet.
 	n.mu.Lock()
 	var todo []*drapbv1.Claim
-	for _, c := range req.GetClaims() {
+	for _, c := range claims {
 		if _, ok := n.claims[c.GetUid()]; !ok {
 			todo = append(todo, c)
 		}
@@ -59,12 +67,14 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	table := n.opts.Table()
-	resp := &drapbv1.NodePrepareResourcesResponse{Claims: make(map[string]*drapbv1.NodePrepareResourceResponse, len(req.GetClaims()))}
+	resp := &drapbv1.NodePrepareResourcesResponse{Claims: make(map[string]*drapbv1.NodePrepareResourceResponse, len(claims))}
 	var added []string
-	for _, c := range req.GetClaims() {
+	var prepared []PreparedClaim
+	for _, c := range claims {
 		uid := c.GetUid()
 		if pc, ok := n.claims[uid]; ok {
 			resp.Claims[uid] = pc.response()
+			prepared = append(prepared, pc)
 			n.metrics.prepares.WithLabelValues(resultCheckpointed).Inc()
 			n.log.Info("DRA claim prepared before; answering from the checkpoint", "claim", pc.String(), "devices", pc.deviceNames())
 			continue
@@ -85,7 +95,7 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 		added = append(added, uid)
 	}
 	if len(added) == 0 {
-		return resp, nil
+		return resp, prepared
 	}
 	if err := n.saveLocked(); err != nil {
 		for _, uid := range added {
@@ -98,15 +108,17 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 		}
 		n.log.Error("DRA claims not prepared: checkpoint write failed", "claims", added, "err", err)
 		n.metrics.preparedClaims.Set(float64(len(n.claims)))
-		return resp, nil
+		return resp, prepared
 	}
 	for _, uid := range added {
 		pc := n.claims[uid]
 		resp.Claims[uid] = pc.response()
+		prepared = append(prepared, pc)
 		n.metrics.prepares.WithLabelValues(resultPrepared).Inc()
-		n.log.Info("DRA claim prepared", "claim", pc.String(), "devices", pc.deviceNames(), "cdiDevices", pc.cdiIDs())
+		n.log.Info("DRA claim prepared", "claim", pc.String(), "devices", pc.deviceNames(), "cdiDevices", pc.cdiIDs(),
+			"adminAccessDevices", pc.adminAccessDevices())
 	}
-	return resp, nil
+	return resp, prepared
 }
 
 // NodeUnprepareResources implements drapbv1.DRAPluginServer: prepared
@@ -227,6 +239,8 @@ func (n *Node) prepare(c *drapbv1.Claim, f fetchedClaim, table *Table) (Prepared
 		if r.ShareID != nil {
 			pd.ShareID = string(*r.ShareID)
 		}
+		pd.AdminAccess = ptr.Deref(r.AdminAccess, false)
+		pd.Status = deviceStatusData(d)
 		pc.Devices = append(pc.Devices, pd)
 	}
 	if nproblems > 0 {

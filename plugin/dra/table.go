@@ -52,6 +52,9 @@ type Device struct {
 	// ("vendor/class=name") the container runtime resolves to the
 	// device's edits.
 	CDIDevices []string
+	// PCIBusID and Product are the physical GPU's PCI address and product
+	// name (a MIG device's parent's), for the claims' status.devices.
+	PCIBusID, Product string
 	// Unhealthy is why the device is held unhealthy, the value of its
 	// TaintUnhealthy taint ("xid-79"); "" while it is healthy. The
 	// kubelet learns it through DRAResourceHealth (health.go).

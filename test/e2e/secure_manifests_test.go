@@ -124,6 +124,8 @@ func TestSecureOptionsAddExactlyTheirPrivileges(t *testing.T) {
 		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "update"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "delete"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceclaims", "", "get"),
+		"rbac:" + secureRight("resource.k8s.io", "resourceclaims", "status", "patch"),
+		"rbac:" + secureRight("resource.k8s.io", "resourceclaims", "driver", "associated-node:patch") + " named gpu.featureplug.io",
 	}}
 	driverRoot := func(path string) secureChange {
 		return secureChange{added: []string{"privileged", "allowPrivilegeEscalation", "hostPath:" + path + ":ro"}}
@@ -191,11 +193,15 @@ func secureOptionProfile(t *testing.T, objs []*unstructured.Unstructured) sets.S
 				v, _, _ := unstructured.NestedStringSlice(m, k)
 				return v
 			}
+			named := ""
+			if names := str("resourceNames"); len(names) > 0 {
+				named = " named " + strings.Join(names, ",")
+			}
 			for _, g := range str("apiGroups") {
 				for _, res := range str("resources") {
 					resource, sub, _ := strings.Cut(res, "/")
 					for _, v := range str("verbs") {
-						p.Insert("rbac:" + secureRight(g, resource, sub, v))
+						p.Insert("rbac:" + secureRight(g, resource, sub, v) + named)
 					}
 				}
 			}
