@@ -81,6 +81,10 @@ type NodeOptions struct {
 	// StateDir holds the prepared-claims checkpoint (CheckpointFile); ""
 	// keeps prepared claims in memory only, so a restart forgets them.
 	StateDir string
+	// Instance names this agent's sockets for rolling updates (the pod's
+	// UID); "" keeps the fixed names (RegistrationSocketName,
+	// PluginSocketName). See rollingSocketNames.
+	Instance string
 	// Claims reads ResourceClaims; required.
 	Claims func(namespace string) ResourceClaims
 	// Table returns the devices the DRA sink publishes now; required.
@@ -159,8 +163,8 @@ func NewNode(opts NodeOptions) (*Node, error) {
 		opts:    opts,
 		log:     opts.Logger,
 		ckpt:    newCheckpoint(opts.StateDir),
-		regPath: filepath.Join(opts.RegistryDir, RegistrationSocketName),
-		draPath: filepath.Join(opts.PluginDir, PluginSocketName),
+		regPath: filepath.Join(opts.RegistryDir, registrationSocketName(opts.RegistryDir, opts.Instance)),
+		draPath: filepath.Join(opts.PluginDir, pluginSocketName(opts.Instance)),
 		claims:  map[string]PreparedClaim{},
 	}
 	for _, p := range []struct{ flag, path string }{{"registry directory", n.regPath}, {"plugin directory", n.draPath}} {

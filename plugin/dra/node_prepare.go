@@ -51,6 +51,7 @@ func (n *Node) prepareClaims(ctx context.Context, claims []*drapbv1.Claim) (*dra
 	// API reads happen before taking the lock, as the kubelet plugin
 	// helper does, for the claims not prepared yet.
 	n.mu.Lock()
+	n.reloadLocked()
 	var todo []*drapbv1.Claim
 	for _, c := range claims {
 		if _, ok := n.claims[c.GetUid()]; !ok {
@@ -66,6 +67,7 @@ func (n *Node) prepareClaims(ctx context.Context, claims []*drapbv1.Claim) (*dra
 
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	defer n.shareLocked()()
 	table := n.opts.Table()
 	resp := &drapbv1.NodePrepareResourcesResponse{Claims: make(map[string]*drapbv1.NodePrepareResourceResponse, len(claims))}
 	var added []string
@@ -131,6 +133,7 @@ func (s *draService) NodeUnprepareResources(_ context.Context, req *drapbv1.Node
 	n := s.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	defer n.shareLocked()()
 	resp := &drapbv1.NodeUnprepareResourcesResponse{Claims: make(map[string]*drapbv1.NodeUnprepareResourceResponse, len(req.GetClaims()))}
 	removed := map[string]PreparedClaim{}
 	for _, c := range req.GetClaims() {

@@ -222,20 +222,31 @@ func newNodeEnv(t *testing.T, stateDir string, claims *nodeClaims, table func() 
 		stateDir = filepath.Join(root, "state")
 	}
 	e := &nodeEnv{
-		t: t, reg: prometheus.NewRegistry(), claims: claims, logs: &nodeLogBuffer{}, stateDir: stateDir,
+		t: t, claims: claims, stateDir: stateDir,
 		regDir: filepath.Join(root, "reg"), plugDir: filepath.Join(root, "plug"),
 	}
+	return e.another("", table)
+}
+
+// another makes a Node (not yet running) in e's directories, with its own
+// metrics and logs, named instance for rolling updates ("" for none).
+func (e *nodeEnv) another(instance string, table func() *Table) *nodeEnv {
+	e.t.Helper()
+	o := &nodeEnv{
+		t: e.t, reg: prometheus.NewRegistry(), claims: e.claims, logs: &nodeLogBuffer{}, stateDir: e.stateDir,
+		regDir: e.regDir, plugDir: e.plugDir,
+	}
 	n, err := NewNode(NodeOptions{
-		NodeName: nodeTestNode, RegistryDir: e.regDir, PluginDir: e.plugDir, StateDir: stateDir,
-		Claims: claims.in, Table: table, Watcher: runWatcher(t, 20*time.Millisecond),
-		Logger:     slog.New(slog.NewTextHandler(e.logs, nil)),
-		Registerer: e.reg,
+		NodeName: nodeTestNode, RegistryDir: o.regDir, PluginDir: o.plugDir, StateDir: o.stateDir, Instance: instance,
+		Claims: o.claims.in, Table: table, Watcher: runWatcher(e.t, 20*time.Millisecond),
+		Logger:     slog.New(slog.NewTextHandler(o.logs, nil)),
+		Registerer: o.reg,
 	})
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	e.n = n
-	return e
+	o.n = n
+	return o
 }
 
 // start runs the node until the test ends (or stop).
