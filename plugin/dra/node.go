@@ -236,6 +236,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.log.Info("serving the DRA driver to the kubelet", "driver", DriverName,
 		"registrationSocket", n.regPath, "pluginSocket", n.draPath, "services", supportedServices)
+	n.sweepStale()
 
 	w := n.opts.Watcher
 	if w == nil {

@@ -3,7 +3,15 @@ package dra
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
 	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/featureplug/featureplug/discovery/fswatch"
 )
 
 // Rolling updates. With NodeOptions.Instance (the pod's UID) the driver's
@@ -91,4 +99,61 @@ func (n *Node) reloadLocked() {
 	}
 	n.claims = claims
 	n.metrics.preparedClaims.Set(float64(len(claims)))
+}
+
+// staleRecheck is how long a socket that refused a connection is given
+// before it is probed again: a socket is refused for the moment between
+// its bind and its listen.
+const staleRecheck = 200 * time.Millisecond
+
+// sweepStale removes the sockets of this driver that no process serves
+// any more: those of an agent killed before it could remove them (a
+// rolling update's names differ per pod, so no later agent reuses them),
+// or the fixed names of an agent without an instance. Left there, the
+// kubelet's plugin watcher keeps calling a dead registration socket. A
+// socket something answers on, or that is not a socket, stays.
+func (n *Node) sweepStale() {
+	for _, pattern := range []string{
+		filepath.Join(n.opts.RegistryDir, DriverName+"-*reg.sock"),
+		filepath.Join(n.opts.PluginDir, "dra*.sock"),
+	} {
+		paths, _ := filepath.Glob(pattern) // the patterns are well-formed
+		for _, p := range paths {
+			if p == n.regPath || p == n.draPath {
+				continue
+			}
+			id, ok := refusedSocket(p)
+			if !ok {
+				continue
+			}
+			time.Sleep(staleRecheck)
+			if again, ok := refusedSocket(p); !ok || again != id {
+				continue
+			}
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				n.log.Warn("stale DRA socket not removed", "socket", p, "err", err)
+				continue
+			}
+			n.log.Info("removed a stale DRA socket of an agent no longer running", "socket", p)
+		}
+	}
+}
+
+// refusedSocket reports whether path is a unix socket that refuses
+// connections (no process listens on it), with its identity.
+func refusedSocket(path string) (fswatch.ID, bool) {
+	st, err := os.Lstat(path)
+	if err != nil || st.Mode().Type() != fs.ModeSocket {
+		return fswatch.ID{}, false
+	}
+	id, ok := fswatch.Identify(path)
+	if !ok {
+		return fswatch.ID{}, false
+	}
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		_ = conn.Close()
+		return fswatch.ID{}, false
+	}
+	return id, errors.Is(err, syscall.ECONNREFUSED)
 }

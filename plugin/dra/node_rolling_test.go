@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,5 +109,65 @@ func TestRollingSocketNames(t *testing.T) {
 	}
 	if again := registrationSocketName(long, uid); again != got {
 		t.Errorf("the name is not stable: %s, then %s", got, again)
+	}
+}
+
+// TestNodeSweepsStaleSockets: at start the driver removes its sockets
+// that no process listens on (an agent killed before it removed them:
+// another pod's rolling-update names, or the fixed names), and leaves a
+// socket another agent serves and a file that is no socket.
+func TestNodeSweepsStaleSockets(t *testing.T) {
+	base := newNodeEnv(t, "", &nodeClaims{}, nodeTable)
+	for _, d := range []string{base.regDir, base.plugDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead := func(path string) {
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		_ = ln.Close()
+	}
+	stale := []string{
+		filepath.Join(base.regDir, DriverName+"-pod-dead-reg.sock"),
+		filepath.Join(base.plugDir, "dra-pod-dead.sock"),
+		filepath.Join(base.regDir, RegistrationSocketName),
+		filepath.Join(base.plugDir, PluginSocketName),
+	}
+	for _, p := range stale {
+		dead(p)
+	}
+	live := filepath.Join(base.regDir, DriverName+"-pod-live-reg.sock")
+	ln, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	notSocket := filepath.Join(base.regDir, DriverName+"-notes-reg.sock")
+	if err := os.WriteFile(notSocket, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(base.regDir, "other.example.com-reg.sock")
+	dead(other)
+
+	e := base.another("pod-new", nodeTable).start()
+	e.waitFor("the stale sockets are removed", func() bool {
+		for _, p := range stale {
+			if _, err := os.Lstat(p); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range []string{live, notSocket, other, e.n.RegistrationSocket(), e.n.PluginSocket()} {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+	}
+	if logs := e.logs.String(); !strings.Contains(logs, "removed a stale DRA socket") {
+		t.Errorf("the sweep is not logged:\n%s", logs)
 	}
 }

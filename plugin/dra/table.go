@@ -3,9 +3,12 @@
 // node's devices in a ResourceSlice (typed attributes from
 // discovery/draattr, memory as capacity, health as taints) and answers the
 // kubelet's DRA plugin API, preparing a claim's devices as CDI device IDs
-// and checkpointing prepared claims in the state directory; it streams
-// the devices' health to the kubelet (DRAResourceHealth), which shows it
-// in the pods' status.
+// (admin-access requests' too, counted as no one's), checkpointing
+// prepared claims in the state directory and writing their
+// status.devices; it streams the devices' health to the kubelet
+// (DRAResourceHealth), which shows it in the pods' status. Two agents of a
+// DaemonSet update serve side by side on sockets named after their pods
+// and share the checkpoint.
 //
 // A resource is served here only when its plan.Resource.Serve is
 // plan.ServeDRA; the device-plugin sink leaves such resources alone, so a
