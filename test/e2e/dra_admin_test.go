@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/featureplug/featureplug/test/harness"
-	"github.com/featureplug/featureplug/test/manifests/render"
 )
 
 // draE2EAdminLabel is the namespace label without which the API server
@@ -68,14 +66,7 @@ func TestDRAAdminAccessAndClaimStatus(t *testing.T) {
 	api := harness.StartAPIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitTimeout)
 	defer cancel()
-	dir := filepath.Join(build.root, "manifests")
-	objs, err := render.KustomizeComposed(t.TempDir(), []string{filepath.Join(dir, "overlays", "nodefeature")},
-		[]string{filepath.Join(dir, "components", "dra")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	secureApply(ctx, t, api, "overlays/nodefeature + components/dra", objs)
-	sa := secureOnly(t, objs, "ServiceAccount")
+	sa := secureOnly(t, secureApplyDRA(ctx, t, api), "ServiceAccount")
 	draE2EEnsureServiceAccount(t, api)
 
 	n := draE2EStartNode(t, api, "dra-admin", draE2ERules(""))
