@@ -132,6 +132,11 @@ type Node struct {
 
 	// health holds the DRAResourceHealth streams' state (health.go).
 	health healthState
+
+	// statusMu guards statusPending: the UIDs of prepared claims whose
+	// status write failed, which retryStatuses writes again.
+	statusMu      sync.Mutex
+	statusPending map[string]bool
 }
 
 // NewNode checks the options and reads the checkpoint. A checkpoint whose
@@ -166,6 +171,8 @@ func NewNode(opts NodeOptions) (*Node, error) {
 		regPath: filepath.Join(opts.RegistryDir, registrationSocketName(opts.RegistryDir, opts.Instance)),
 		draPath: filepath.Join(opts.PluginDir, pluginSocketName(opts.Instance)),
 		claims:  map[string]PreparedClaim{},
+
+		statusPending: map[string]bool{},
 	}
 	for _, p := range []struct{ flag, path string }{{"registry directory", n.regPath}, {"plugin directory", n.draPath}} {
 		if len(p.path) > maxSocketPath {
@@ -237,6 +244,12 @@ func (n *Node) Run(ctx context.Context) error {
 	n.log.Info("serving the DRA driver to the kubelet", "driver", DriverName,
 		"registrationSocket", n.regPath, "pluginSocket", n.draPath, "services", supportedServices)
 	n.sweepStale()
+	retried := make(chan struct{})
+	go func() {
+		defer close(retried)
+		n.retryStatuses(ctx)
+	}()
+	defer func() { <-retried }()
 
 	w := n.opts.Watcher
 	if w == nil {

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -79,12 +81,16 @@ func TestNodePrepareWritesClaimStatus(t *testing.T) {
 
 // TestNodeClaimStatusWriteFails: a status the API server refuses leaves
 // the claim prepared, with its CDI IDs and in the checkpoint; the
-// failure is counted and logged with the API server's reason.
+// failure is counted and logged with the API server's reason, and the
+// write is retried every StatusRetryInterval until it succeeds.
 func TestNodeClaimStatusWriteFails(t *testing.T) {
 	claims := &nodeClaims{patchErr: errors.New(`resourceclaims.resource.k8s.io "claim-a" is forbidden: changing status.devices requires resource="resourceclaims/driver"`)}
 	a := nodeClaim("ns1", "claim-a", "uid-a", nodeOurs("gpu", "gpu-0000"))
 	claims.add(a)
-	e := newNodeEnv(t, "", claims, nodeTable).start()
+	e := newNodeEnv(t, "", claims, nodeTable)
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	e.n.opts.Clock = clk
+	e.start()
 
 	r := e.prepare(e.v1(), nodeClaimRef(a))["uid-a"]
 	if r.GetError() != "" || !reflect.DeepEqual(nodeDevices(r), []string{"gpu node-a/gpu-0000 k8s.featureplug.io/gpu=GPU-0000"}) {
@@ -98,6 +104,23 @@ func TestNodeClaimStatusWriteFails(t *testing.T) {
 	}
 	if logs := e.logs.String(); !strings.Contains(logs, "status.devices not written") || !strings.Contains(logs, "resourceclaims/driver") {
 		t.Errorf("the refused status write is not logged with its reason:\n%s", logs)
+	}
+
+	// Still refused at the first retry; written at the second.
+	e.waitFor("the retry ticker", clk.HasWaiters)
+	clk.Step(StatusRetryInterval)
+	e.waitFor("a retried write", func() bool { return len(claims.patchCalls()) == 2 })
+	claims.mu.Lock()
+	claims.patchErr = nil
+	claims.mu.Unlock()
+	clk.Step(StatusRetryInterval)
+	e.waitFor("the retried write succeeds", func() bool {
+		return e.metric("featureplug_dra_claim_status_writes_total", "result", "ok") == 1
+	})
+	clk.Step(StatusRetryInterval)
+	time.Sleep(50 * time.Millisecond)
+	if n := len(claims.patchCalls()); n != 3 {
+		t.Errorf("%d status writes, want 3: none after the one that succeeded", n)
 	}
 }
 

@@ -41,7 +41,7 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 		return nil, status.Error(codes.InvalidArgument, "NodePrepareResources: "+err.Error())
 	}
 	resp, prepared := s.n.prepareClaims(ctx, req.GetClaims())
-	s.n.writeClaimStatuses(ctx, prepared)
+	s.n.writeClaimStatuses(ctx, prepared, false)
 	return resp, nil
 }
 
