@@ -35,7 +35,9 @@ var _ drapbv1.DRAPluginServer = (*draService)(nil)
 // is read from the API server, checked (same UID, allocated) and its
 // devices of this driver and this node's pool are looked up in the
 // current table for their CDI device IDs. A claim's error names it, the
-// device and why. Prepared claims are checkpointed before the answer.
+// device and why. Prepared claims are checkpointed before the answer,
+// and their status.devices written (node_claimstatus.go). Admin-access
+// devices are prepared the same way, and marked so in the checkpoint.
 func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.NodePrepareResourcesRequest) (*drapbv1.NodePrepareResourcesResponse, error) {
 	if err := checkClaims(req.GetClaims()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "NodePrepareResources: "+err.Error())
