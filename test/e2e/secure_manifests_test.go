@@ -117,7 +117,6 @@ func TestSecureOptionsAddExactlyTheirPrivileges(t *testing.T) {
 	mig := secureChange{added: []string{"capability:SYS_ADMIN", "allowPrivilegeEscalation", "env:NVIDIA_MIG_MONITOR_DEVICES=all"}}
 	dra := secureChange{added: []string{
 		"hostPath:/var/run/cdi:rw", "hostPath:/var/lib/kubelet/plugins_registry:rw", "hostPath:/var/lib/kubelet/plugins/gpu.featureplug.io:rw",
-		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "get"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "list"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "watch"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "create"),

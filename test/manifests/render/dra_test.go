@@ -15,7 +15,7 @@ import (
 // status.devices.
 var draClusterRules = []map[string]any{
 	{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceslices"},
-		"verbs": []any{"get", "list", "watch", "create", "update", "delete"}},
+		"verbs": []any{"list", "watch", "create", "update", "delete"}},
 	{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaims"}, "verbs": []any{"get"}},
 	{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaims/status"}, "verbs": []any{"patch"}},
 	{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaims/driver"}, "resourceNames": []any{"gpu.featureplug.io"},
