@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -326,12 +327,17 @@ func (n *Node) check(bool) {
 
 // shutdown stops both servers and removes their sockets (the registration
 // socket first, so that the kubelet stops using the driver before its
-// service goes).
+// service goes; with an Instance, handoverGrace before it goes).
 func (n *Node) shutdown() {
 	n.sockMu.Lock()
 	defer n.sockMu.Unlock()
 	n.running = false
 	n.reg.stop()
+	if n.opts.Instance != "" && n.dra != nil && n.dra.srv != nil {
+		n.log.Info("DRA registration socket removed; serving the kubelet's calls a moment longer while it turns to the other agent",
+			"for", handoverGrace)
+		time.Sleep(handoverGrace)
+	}
 	n.dra.stop()
 	n.metrics.registeredNow.Set(0)
 }

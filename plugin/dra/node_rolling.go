@@ -101,6 +101,12 @@ func (n *Node) reloadLocked() {
 	n.metrics.preparedClaims.Set(float64(len(claims)))
 }
 
+// handoverGrace is how long a rolling update's agent keeps its DRA
+// service after removing its registration socket at stop: the kubelet's
+// plugin manager notices the removal at its next pass (every second) and
+// turns to the other agent; a call it sends meanwhile is still answered.
+const handoverGrace = 2 * time.Second
+
 // staleRecheck is how long a socket that refused a connection is given
 // before it is probed again: a socket is refused for the moment between
 // its bind and its listen.

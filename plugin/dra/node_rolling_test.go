@@ -64,9 +64,23 @@ func TestNodeRollingUpdate(t *testing.T) {
 		t.Fatalf("shared checkpoint = %+v, want only uid-a", ck.Claims)
 	}
 
-	// The old agent stops: its sockets go, the new one's stay, and the
-	// new one unprepares the claim the old one prepared.
-	old.stop()
+	// The old agent stops: its registration socket goes first, and its
+	// DRA service answers a moment longer; then its sockets are gone, the
+	// new one's stay, and the new one unprepares the claim the old one
+	// prepared.
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		old.stop()
+	}()
+	old.waitFor("the old agent's registration socket is removed", func() bool {
+		_, err := os.Stat(old.n.RegistrationSocket())
+		return os.IsNotExist(err)
+	})
+	if r := old.prepare(old.v1(), nodeClaimRef(a))["uid-a"]; r.GetError() != "" || len(r.GetDevices()) != 1 {
+		t.Errorf("the stopping agent's DRA service during the handover: %v", r)
+	}
+	<-stopped
 	for _, p := range []string{old.n.RegistrationSocket(), old.n.PluginSocket()} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("the stopped agent's socket %s is still there (%v)", p, err)
