@@ -84,7 +84,7 @@ type NodeOptions struct {
 	StateDir string
 	// Instance names this agent's sockets for rolling updates (the pod's
 	// UID); "" keeps the fixed names (RegistrationSocketName,
-	// PluginSocketName). See rollingSocketNames.
+	// PluginSocketName); see registrationSocketName.
 	Instance string
 	// Claims reads ResourceClaims; required.
 	Claims func(namespace string) ResourceClaims
