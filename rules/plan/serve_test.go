@@ -102,3 +102,31 @@ func TestDrainsNode(t *testing.T) {
 		}
 	}
 }
+
+// TestServedThroughVFIO: the VFIO resources take the default API and are
+// split between the APIs as the containers' resources are, still apart in
+// Plan.VFIO.
+func TestServedThroughVFIO(t *testing.T) {
+	p := &Plan{
+		Resources: []Resource{{Name: "nvidia.com/gpu"}},
+		VFIO:      []Resource{{Name: "nvidia.com/AD102GL_L40S"}, {Name: "nvidia.com/GH100_H100_SXM5_80GB", Serve: ServeDRA}},
+	}
+	full := p.WithServeDefault(ServeDevicePlugin)
+	if full.VFIO[0].Serve != ServeDevicePlugin || full.VFIO[1].Serve != ServeDRA || p.VFIO[0].Serve != "" {
+		t.Fatalf("WithServeDefault: VFIO %+v (was %+v)", full.VFIO, p.VFIO)
+	}
+	vfioNames := func(p *Plan) []string {
+		var out []string
+		for _, r := range p.VFIO {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	dp, dra := full.Serving(ServeDevicePlugin), full.Serving(ServeDRA)
+	if got := vfioNames(dp); !slices.Equal(got, []string{"nvidia.com/AD102GL_L40S"}) || !slices.Equal(names(dp), []string{"nvidia.com/gpu"}) {
+		t.Errorf("device-plugin part: resources %v, VFIO %v", names(dp), got)
+	}
+	if got := vfioNames(dra); !slices.Equal(got, []string{"nvidia.com/GH100_H100_SXM5_80GB"}) || len(dra.Resources) != 0 {
+		t.Errorf("DRA part: resources %v, VFIO %v", names(dra), got)
+	}
+}
