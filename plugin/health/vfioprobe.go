@@ -106,7 +106,7 @@ func (p *VFIOProbe) probe() {
 			if conds == nil {
 				conds = map[string]Condition{}
 			}
-			conds[d.key] = Condition{Kind: why.Kind, Reason: d.addr + " " + why.Reason}
+			conds[d.key] = Condition{Kind: why.Kind, Reason: why.Reason}
 		}
 	}
 	p.tracker.SetConditions(vfioSource, conds)
