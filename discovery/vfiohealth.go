@@ -38,7 +38,8 @@ type VFIOProblem struct {
 
 // CheckVFIODevice reads, under the sysfs root (as ReadSysfs), whether the
 // GPU at addr, in IOMMU group group, can be handed to a VM now: it is on
-// the PCI bus, bound to a VFIO driver, and <root>/dev/vfio/<group> exists.
+// the PCI bus, bound to a VFIO driver, and <root>/dev/vfio/<group> exists
+// (looked for only where <root>/dev/vfio/vfio shows the host's /dev).
 // It returns the problem and true when not. A few readlink and stat calls:
 // cheap enough to run every few seconds for every VFIO GPU. An error other
 // than a missing file is a problem too (it is named): a device the agent
@@ -62,6 +63,11 @@ func CheckVFIODevice(root, addr string, group int) (VFIOProblem, bool) {
 	}
 	if group == NoIOMMUGroup {
 		return VFIOProblem{EventVFIONoGroupNode, "in no IOMMU group"}, true
+	}
+	if _, err := os.Stat(filepath.Join(root, vfioContainerDevice)); err != nil {
+		// The host's /dev is not visible under root (an unprivileged
+		// container's own /dev): the binding is all there is to read.
+		return VFIOProblem{}, false
 	}
 	node := filepath.Join(root, vfioDevicePathRoot, strconv.Itoa(group))
 	if _, err := os.Stat(node); err != nil {

@@ -77,4 +77,11 @@ func TestCheckVFIODevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("GPU 3 without its group's node", 3, discovery.EventVFIONoGroupNode)
+
+	// A root whose /dev is not the host's (an unprivileged container):
+	// the binding alone says.
+	if err := os.Remove(filepath.Join(root, "dev/vfio/vfio")); err != nil {
+		t.Fatal(err)
+	}
+	check("GPU 3 without the host's /dev", 3, "")
 }

@@ -17,9 +17,10 @@ const (
 
 // WithServeDefault returns p with the API of every resource whose rules
 // did not choose one set to def: the one place the agent's default
-// (--serve) is applied, so that every sink reads Resource.Serve. It
-// covers the VFIO resources as well. It returns p itself when every
-// resource has its API already (nil for nil).
+// (--serve) is applied, so that every sink reads Resource.Serve. The VFIO
+// resources, served through device plugins only, get ServeDevicePlugin
+// whatever def is. It returns p itself when every resource has its API
+// already (nil for nil).
 func (p *Plan) WithServeDefault(def Serve) *Plan {
 	if p == nil {
 		return nil
@@ -35,7 +36,7 @@ func (p *Plan) WithServeDefault(def Serve) *Plan {
 	}
 	out := *p
 	out.Resources = withServe(p.Resources, def)
-	out.VFIO = withServe(p.VFIO, def)
+	out.VFIO = withServe(p.VFIO, ServeDevicePlugin)
 	return &out
 }
 
@@ -67,27 +68,31 @@ func (r *Resource) ServedBy(def Serve) Serve {
 
 // ServedThrough returns the part of p served through api, given the
 // agent's default def for resources whose rules did not choose (none left
-// in a plan WithServeDefault made): p without the other API's resources
-// (VFIO resources included), or p itself when it has none (nil for nil).
+// in a plan WithServeDefault made; the VFIO resources' default is always
+// ServeDevicePlugin): p without the other API's resources, or p itself
+// when it has none (nil for nil).
 func (p *Plan) ServedThrough(api, def Serve) *Plan {
-	return p.filter(func(r *Resource) bool { return r.ServedBy(def) == api })
+	return p.filter(func(r *Resource) bool { return r.ServedBy(def) == api },
+		func(r *Resource) bool { return r.ServedBy(ServeDevicePlugin) == api })
 }
 
 // Serving returns the part of p that api serves now: its resources of
 // that API that are not held back, the VFIO resources of that API
 // among them (still apart, in Plan.VFIO).
 func (p *Plan) Serving(api Serve) *Plan {
-	return p.filter(func(r *Resource) bool { return r.Serve == api && r.Held == "" })
+	keep := func(r *Resource) bool { return r.Serve == api && r.Held == "" }
+	return p.filter(keep, keep)
 }
 
-// filter returns p with only the resources keep takes, VFIO resources
-// included, or p itself when it takes them all (nil for nil).
-func (p *Plan) filter(keep func(*Resource) bool) *Plan {
+// filter returns p with only the resources keep takes and the VFIO
+// resources keepVFIO takes, or p itself when they take them all (nil for
+// nil).
+func (p *Plan) filter(keep, keepVFIO func(*Resource) bool) *Plan {
 	if p == nil {
 		return nil
 	}
 	resources, sameR := filterResources(p.Resources, keep)
-	vfio, sameV := filterResources(p.VFIO, keep)
+	vfio, sameV := filterResources(p.VFIO, keepVFIO)
 	if sameR && sameV {
 		return p
 	}

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -103,17 +104,13 @@ func TestDrainsNode(t *testing.T) {
 	}
 }
 
-// TestServedThroughVFIO: the VFIO resources take the default API and are
-// split between the APIs as the containers' resources are, still apart in
-// Plan.VFIO.
+// TestServedThroughVFIO: the VFIO resources are served through device
+// plugins whatever the agent's default, still apart in Plan.VFIO, and a
+// plan that serves one through DRA is refused.
 func TestServedThroughVFIO(t *testing.T) {
 	p := &Plan{
 		Resources: []Resource{{Name: "nvidia.com/gpu"}},
-		VFIO:      []Resource{{Name: "nvidia.com/AD102GL_L40S"}, {Name: "nvidia.com/GH100_H100_SXM5_80GB", Serve: ServeDRA}},
-	}
-	full := p.WithServeDefault(ServeDevicePlugin)
-	if full.VFIO[0].Serve != ServeDevicePlugin || full.VFIO[1].Serve != ServeDRA || p.VFIO[0].Serve != "" {
-		t.Fatalf("WithServeDefault: VFIO %+v (was %+v)", full.VFIO, p.VFIO)
+		VFIO:      []Resource{{Name: "nvidia.com/AD102GL_L40S"}},
 	}
 	vfioNames := func(p *Plan) []string {
 		var out []string
@@ -122,11 +119,22 @@ func TestServedThroughVFIO(t *testing.T) {
 		}
 		return out
 	}
-	dp, dra := full.Serving(ServeDevicePlugin), full.Serving(ServeDRA)
-	if got := vfioNames(dp); !slices.Equal(got, []string{"nvidia.com/AD102GL_L40S"}) || !slices.Equal(names(dp), []string{"nvidia.com/gpu"}) {
-		t.Errorf("device-plugin part: resources %v, VFIO %v", names(dp), got)
+	full := p.WithServeDefault(ServeDRA)
+	if full.Resources[0].Serve != ServeDRA || full.VFIO[0].Serve != ServeDevicePlugin || p.VFIO[0].Serve != "" {
+		t.Fatalf("WithServeDefault(dra): resources %+v, VFIO %+v (was %+v)", full.Resources, full.VFIO, p.VFIO)
 	}
-	if got := vfioNames(dra); !slices.Equal(got, []string{"nvidia.com/GH100_H100_SXM5_80GB"}) || len(dra.Resources) != 0 {
-		t.Errorf("DRA part: resources %v, VFIO %v", names(dra), got)
+	for _, part := range []*Plan{full.Serving(ServeDevicePlugin), p.ServedThrough(ServeDevicePlugin, ServeDRA)} {
+		if got := vfioNames(part); !slices.Equal(got, []string{"nvidia.com/AD102GL_L40S"}) || len(part.Resources) != 0 {
+			t.Errorf("device-plugin part under --serve dra: resources %v, VFIO %v", names(part), got)
+		}
+	}
+	for _, part := range []*Plan{full.Serving(ServeDRA), p.ServedThrough(ServeDRA, ServeDRA)} {
+		if got := vfioNames(part); len(got) != 0 || !slices.Equal(names(part), []string{"nvidia.com/gpu"}) {
+			t.Errorf("DRA part: resources %v, VFIO %v", names(part), got)
+		}
+	}
+	bad := &Plan{VFIO: []Resource{{Name: "nvidia.com/AD102GL_L40S", Serve: ServeDRA}}}
+	if err := ValidatePlan(bad); err == nil || !strings.Contains(err.Error(), "vfio resource nvidia.com/AD102GL_L40S: serve dra: GPUs passed through to VMs are served through device plugins only") {
+		t.Errorf("ValidatePlan of a VFIO resource served through DRA: %v", err)
 	}
 }
