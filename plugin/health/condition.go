@@ -57,6 +57,9 @@ func (t *Tracker) SetConditions(source string, conds map[string]Condition) {
 	} else {
 		t.conds[source] = maps.Clone(conds)
 	}
+	if changed {
+		t.countConditionsLocked()
+	}
 	t.mu.Unlock()
 	if len(turned) > 0 {
 		t.log.Warn("devices Unhealthy while a condition lasts", "source", source, "devices", turned)
@@ -85,4 +88,25 @@ func (t *Tracker) conditionsLocked() map[string]Condition {
 		}
 	}
 	return out
+}
+
+// vfioKinds are the condition kinds the VFIO probe sets, whose series the
+// conditions gauge has from the start.
+var vfioKinds = []discovery.HealthEventKind{discovery.EventVFIOUnbound, discovery.EventVFIOGone, discovery.EventVFIONoGroupNode}
+
+// countConditionsLocked sets the conditions gauge: the VFIO kinds always
+// have their series (0 when no device has them), another kind while a
+// device has it. t.mu is held.
+func (t *Tracker) countConditionsLocked() {
+	n := map[discovery.HealthEventKind]int{}
+	for _, k := range vfioKinds {
+		n[k] = 0
+	}
+	for _, c := range t.conditionsLocked() {
+		n[c.Kind]++
+	}
+	t.metrics.conditions.Reset()
+	for k, v := range n {
+		t.metrics.conditions.WithLabelValues(string(k)).Set(float64(v))
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
 	"github.com/featureplug/featureplug/discovery/statedir"
@@ -72,6 +74,11 @@ func TestVFIOProbe(t *testing.T) {
 	if len(bad) != 2 || bad[0].Key != dev(1).GPUUUID || bad[0].Kind != discovery.EventVFIOUnbound || bad[1].Kind != discovery.EventVFIOGone {
 		t.Errorf("Unhealthy = %+v", bad)
 	}
+	for kind, want := range map[discovery.HealthEventKind]float64{discovery.EventVFIOUnbound: 1, discovery.EventVFIOGone: 1, discovery.EventVFIONoGroupNode: 0} {
+		if got := conditionGauge(t, tr, kind); got != want {
+			t.Errorf("featureplug_plugin_unhealthy_conditions{kind=%q} = %v, want %v", kind, got, want)
+		}
+	}
 	n := notified.Load()
 	probe.probe() // nothing changed
 	if notified.Load() != n {
@@ -85,6 +92,9 @@ func TestVFIOProbe(t *testing.T) {
 	}
 	if notified.Load() != n+2 {
 		t.Errorf("%d notifications for two recoveries", notified.Load()-n)
+	}
+	if got := conditionGauge(t, tr, discovery.EventVFIOUnbound); got != 0 {
+		t.Errorf("featureplug_plugin_unhealthy_conditions{kind=vfio-unbound} = %v after re-binding", got)
 	}
 
 	// A plan without GPU 3: its removal is not the tracker's business.
@@ -124,4 +134,14 @@ func TestConditionBesideEvent(t *testing.T) {
 	if got := again.Unhealthy(); len(got) != 0 {
 		t.Errorf("a restarted tracker holds %+v", got)
 	}
+}
+
+// conditionGauge reads the conditions gauge's series of kind.
+func conditionGauge(t *testing.T, tr *Tracker, kind discovery.HealthEventKind) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := tr.metrics.conditions.WithLabelValues(string(kind)).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
 }
