@@ -42,8 +42,8 @@ func isVFIO(r *plan.Resource) bool {
 
 // validateVFIOResources checks what the servers rely on in p's VFIO
 // resources, beyond plan.ValidatePlan: names not given twice, device IDs
-// the kubelet takes, and device nodes that are absolute paths under
-// /dev.
+// the kubelet takes, a health key, and device nodes that are absolute
+// paths under /dev.
 func validateVFIOResources(p *plan.Plan) []error {
 	var errs []error
 	names := make(map[string]int, len(p.VFIO))
@@ -63,6 +63,10 @@ func validateVFIOResources(p *plan.Plan) []error {
 				errs = append(errs, fmt.Errorf("%s.id: %q appears twice", at, d.ID))
 			}
 			seen[d.ID] = true
+			if d.GPUUUID == "" {
+				// The key of its health in the tracker (the VFIO probe's).
+				errs = append(errs, fmt.Errorf("%s.gpuUUID: empty (a VFIO device's is its PCI address)", at))
+			}
 			if d.VFIO == nil {
 				continue // ValidatePlan says so
 			}

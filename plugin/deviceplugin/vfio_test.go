@@ -171,6 +171,7 @@ func TestVFIOPlanRefused(t *testing.T) {
 	bad.VFIO.DevicePaths = []string{"/dev/vfio/vfio", "/sys/../dev/vfio/35"}
 	none := vfioDevice(2)
 	none.VFIO.DevicePaths = nil
+	none.GPUUUID = ""
 	p := &plan.Plan{VFIO: []plan.Resource{
 		{Name: vfioResource, Devices: []plan.Device{vfioDevice(0), bad, none, vfioDevice(0)}},
 	}}
@@ -185,6 +186,7 @@ func TestVFIOPlanRefused(t *testing.T) {
 	for _, want := range []string{
 		`vfio[0] (nvidia.com/AD102GL_L40S).devices[1] (0000:57:00.0).vfio.devicePaths: "/sys/../dev/vfio/35" is not a clean path under /dev`,
 		`vfio[0] (nvidia.com/AD102GL_L40S).devices[2] (0000:67:00.0): no VFIO device nodes`,
+		`vfio[0] (nvidia.com/AD102GL_L40S).devices[2].gpuUUID: empty`,
 		`vfio[0] (nvidia.com/AD102GL_L40S).devices[3].id: "0000:47:00.0" appears twice`,
 	} {
 		if !strings.Contains(err.Error(), want) {
