@@ -13,7 +13,7 @@ import (
 // go) is Unhealthy within the VFIO probe's period, through a re-discovery
 // too (its driver_override still names vfio-pci, so it stays in the plan);
 // one removed from the PCI bus is Unhealthy the same way; bound again, it
-// is Healthy, all four allocatable.
+// is Healthy, all four allocatable (probe period 1 s).
 func TestFault25VFIOUnbound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs featureplug against the kubelet's device manager")

@@ -92,7 +92,7 @@ func startVFIOKubelet(t *testing.T) (*harness.KubeletPeer, string, *agent) {
 	sysfs := t.TempDir()
 	a := startAgent(t, agentSpec{
 		Node: "vfio-kubelet", FakeNode: "l40s-vfio", Rules: rules, KubeletDir: kubeletDir,
-		Extra: []string{"--sysfs-root", sysfs, "--rediscover-interval", "1h"},
+		Extra: []string{"--sysfs-root", sysfs, "--rediscover-interval", "1h", "--vfio-health-interval", "1s"},
 	})
 	waitCapacities(t, peer, map[string]int64{"nvidia.com/gpu": 4, vfioL40S: 4})
 	return peer, sysfs, a

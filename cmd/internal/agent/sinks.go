@@ -257,6 +257,9 @@ func checkConfig(cfg *Config) error {
 	if cfg.HealthRecovery < 0 {
 		return fmt.Errorf("--health-recovery: %v is negative (0 disables recovery)", cfg.HealthRecovery)
 	}
+	if cfg.VFIOProbeInterval < 0 {
+		return fmt.Errorf("--vfio-health-interval: %v is negative", cfg.VFIOProbeInterval)
+	}
 	return nil
 }
 
