@@ -67,6 +67,7 @@ type runFlags struct {
 	cdiHostDriverRoot  string
 	replicaPolicy      string
 	healthRecovery     time.Duration
+	vfioHealthInterval time.Duration
 	ignoredXIDs        []uint
 	mpsRoot            string
 	mpsControl         string
@@ -148,6 +149,7 @@ the command line wins.`,
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the CDI spec's hooks (default: /usr/bin/nvidia-cdi-hook)")
 	fs.StringVar(&f.replicaPolicy, "replica-policy", string(deviceplugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
 	fs.DurationVar(&f.healthRecovery, "health-recovery", health.DefaultRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
+	fs.DurationVar(&f.vfioHealthInterval, "vfio-health-interval", health.DefaultVFIOProbeInterval, "how often the binding of the GPUs passed through to VMs is read from sysfs: one that leaves vfio-pci is Unhealthy within this period")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", nil, "XIDs that never mark a device unhealthy, on top of those NVIDIA's XID catalog resolves by restarting the application or with no action (docs/reliability.md)")
 	fs.StringVar(&f.mpsRoot, "mps-root", deviceplugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
@@ -384,6 +386,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		FileSettle:        f.fileSettle,
 		NoInotify:         os.Getenv(noInotifyEnv) == "1",
 		HealthRecovery:    f.healthRecovery,
+		VFIOProbeInterval: f.vfioHealthInterval,
 		StateDir:          prepareStateDir(f.stateDir, log),
 		LivenessTimeout:   f.livenessTimeout,
 		MetricsAddr:       f.metricsAddr,
