@@ -78,7 +78,7 @@ func buildDynamic(inv *discovery.Inventory, p *plan.Plan, schema *draattr.Schema
 		if err := checkDeviceSize(r, plan.Device{ID: d.Name, Rule: g.Rule}, *d); err != nil {
 			errs = append(errs, err)
 		}
-		table = append(table, Device{Name: d.Name, Resource: res, Device: dev, Unhealthy: why})
+		table = append(table, Device{Name: d.Name, Resource: res, Device: dev, Unhealthy: why, PCIBusID: gpu.PCIBusID, Product: gpu.Product})
 	}
 	l := migpartition.Build(p.DynamicMIG, migpartition.Options{Created: createdByUUID(p, o.Created), Decorate: decorate})
 	if len(errs) > 0 {
