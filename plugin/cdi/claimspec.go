@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/featureplug/featureplug/discovery"
@@ -31,8 +32,8 @@ type ClaimSpecs struct {
 	// Generator finds the devices' edits.
 	Generator Generator
 	// Discover reads the node's devices as they are now (a MIG device
-	// created a moment ago included).
-	Discover func() (*discovery.Inventory, error)
+	// created a moment ago included): the GPU source's Discover.
+	Discover func() (*discovery.Inventory, nvml.Interface, error)
 }
 
 // ClaimSpecPath is the path of a claim's spec file.
@@ -48,7 +49,7 @@ func (c ClaimSpecs) Write(claimUID string, resource string, devs []plan.Device) 
 	if c.Discover == nil || c.Generator == nil {
 		return nil, errors.New("CDI claim spec: no device discovery or generator")
 	}
-	inv, err := c.Discover()
+	inv, _, err := c.Discover()
 	if err != nil {
 		return nil, fmt.Errorf("CDI spec of claim %s: discovering the devices: %w", claimUID, err)
 	}

@@ -67,7 +67,10 @@ func newDynNode(tb testing.TB, lib nvml.Interface) *dynNode {
 	root := tb.TempDir()
 	specs := cdi.ClaimSpecs{Options: cdi.Options{Kind: "example.com/gpu"}, Writer: cdi.Writer{Dir: d.cdiDir},
 		Generator: cdi.FakeRoot{Dir: root, Layout: fake.WriteDriverRoot},
-		Discover:  func() (*discovery.Inventory, error) { return discovery.Discover(lib) }}
+		Discover: func() (*discovery.Inventory, nvml.Interface, error) {
+			inv, err := discovery.Discover(lib)
+			return inv, lib, err
+		}}
 	d.node, err = NewNode(NodeOptions{NodeName: nodeTestNode, StateDir: tb.TempDir(), Claims: d.claims.in, Table: func() *Table { return d.table },
 		Partition: Partitioner{NVML: func() nvml.Interface { return lib }, WriteCDI: specs.Write, RemoveCDI: specs.Remove}})
 	if err != nil {

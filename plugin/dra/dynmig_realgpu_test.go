@@ -94,7 +94,7 @@ func TestDynamicPrepareOnGPU(t *testing.T) {
 	}
 	defer cleanup()
 	specs := cdi.ClaimSpecs{Options: cdi.Options{Kind: "example.com/gpu"}, Writer: cdi.Writer{Dir: t.TempDir()}, Generator: gen,
-		Discover: func() (*discovery.Inventory, error) { inv, _, err := src.Discover(); return inv, err }}
+		Discover: src.Discover}
 	claims := &nodeClaims{}
 	node, err := NewNode(NodeOptions{NodeName: nodeTestNode, StateDir: t.TempDir(), Claims: claims.in, Table: func() *Table { return b.Table },
 		Partition: Partitioner{NVML: func() nvml.Interface { return lib }, WriteCDI: specs.Write, RemoveCDI: specs.Remove}})

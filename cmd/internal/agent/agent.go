@@ -69,9 +69,8 @@ type Agent struct {
 	// sinks are the agent's outputs, in the order plans are applied
 	// (buildSinks); gates are those that hold resources back, runners
 	// the parts with work of their own.
-	sinks []Sink
-	gates []Gate
-	// reservers are the sinks that reserve devices (Reserver).
+	sinks     []Sink
+	gates     []Gate
 	reservers []Reserver
 	runners   []namedRunner
 
@@ -82,10 +81,8 @@ type Agent struct {
 	// kicks makes the rules file watch look at once (SIGHUP); gated is
 	// signalled when a gate's answer may have changed; outputs carries a
 	// sink whose watched output changed.
-	kicks chan struct{}
-	// migChanged is signalled when Prepare or Unprepare created or
-	// destroyed a MIG device: the GPUs are discovered again at once.
-	migChanged chan struct{}
+	kicks      chan struct{}
+	migChanged chan struct{} // a MIG device made or destroyed for a claim: discover again
 	gated      chan struct{}
 	outputs    chan Restorer
 	// stall and unstall hold the loop still on a fake node (test hook of

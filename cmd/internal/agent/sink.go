@@ -77,9 +77,9 @@ type Gate interface {
 	GateChanged() <-chan struct{}
 }
 
-// Reserver is a sink that holds devices for its own use (the DRA node:
-// MIG devices it created for claims). The loop leaves them out of every
-// other resource of the plans the sinks see (plan.WithoutReserved).
+// Reserver is a sink that holds devices for its own use (the DRA node: MIG
+// devices made for claims), which the loop leaves out of every other
+// resource (plan.WithoutReserved).
 type Reserver interface {
 	// Reserved returns the device IDs reserved now, with why.
 	Reserved() map[string]string
@@ -179,15 +179,11 @@ func (a *Agent) gate(p *plan.Plan) *plan.Plan {
 		maps.Copy(reserved, r.Reserved())
 	}
 	gated := p.WithHeld(held).WithoutReserved(reserved)
-	if p == a.servedFrom && a.served != nil && sameHeld(gated, a.served) && sameProblems(gated, a.served) {
+	if p == a.servedFrom && a.served != nil && sameHeld(gated, a.served) && len(gated.Problems) == len(a.served.Problems) {
 		return a.served
 	}
 	return gated
 }
-
-// sameProblems reports whether two versions of one plan leave out as many
-// devices (what reservations change).
-func sameProblems(x, y *plan.Plan) bool { return len(x.Problems) == len(y.Problems) }
 
 // sameHeld reports whether two versions of one plan hold back the same
 // resources.

@@ -277,8 +277,8 @@ type builder struct {
 	mps     *mps.Sink
 	plugins *deviceplugin.Sink
 	dra     *dra.Sink
-	// cdiGen finds the CDI edits of devices (nil without a CDI sink).
-	cdiGen cdi.Generator
+	// claimSpecs writes DRA claims' CDI specs (no Generator: no CDI sink).
+	claimSpecs cdi.ClaimSpecs
 	// noCDI says why DRA devices have no CDI spec (nil: they have one).
 	noCDI error
 }
@@ -418,7 +418,7 @@ func (b *builder) newCDISink(draOnly bool) (*cdi.Sink, error) {
 		return nil, err
 	}
 	c.Generator, c.Cleanup = gen, cleanup
-	b.cdiGen = gen
+	b.claimSpecs = cdi.ClaimSpecs{Options: b.cdiOptions(), Writer: c.Writer, Generator: gen, Discover: a.cfg.Source.Discover}
 	return cdi.NewSink(c)
 }
 
@@ -462,7 +462,8 @@ func (b *builder) draNodeSink() (Sink, error) {
 		Instance: a.cfg.DRAInstance,
 		Claims:   func(ns string) dra.ResourceClaims { return a.cfg.Kube.ResourceClaims(ns) },
 		Table:    b.dra.Table, Watcher: a.watcher, Logger: log, Registerer: a.registry,
-		Partition: b.partitioner(),
+		Partition: dra.Partitioner{NVML: a.nvml, CrashAt: a.cfg.DRACrashAt, Changed: func() { signal(a.migChanged) },
+			WriteCDI: b.claimSpecs.Write, RemoveCDI: b.claimSpecs.Remove},
 	})
 	if err != nil {
 		return nil, err
@@ -472,25 +473,6 @@ func (b *builder) draNodeSink() (Sink, error) {
 		s.Activate("--serve dra")
 	}
 	return s, nil
-}
-
-// partitioner is how the kubelet-facing DRA driver prepares devices of
-// GPUs partitioned on demand: MIG devices through the NVML of the latest
-// discovery, their CDI specs one file per claim beside the agent's spec,
-// and a new discovery after each change.
-func (b *builder) partitioner() dra.Partitioner {
-	a := b.a
-	p := dra.Partitioner{NVML: a.nvml, CrashAt: a.cfg.DRACrashAt, Changed: func() { signal(a.migChanged) }}
-	if b.cdiGen == nil {
-		return p
-	}
-	specs := cdi.ClaimSpecs{Options: b.cdiOptions(), Writer: cdi.Writer{Dir: a.cfg.CDI.SpecDir}, Generator: b.cdiGen,
-		Discover: func() (*discovery.Inventory, error) {
-			inv, _, err := a.cfg.Source.Discover()
-			return inv, err
-		}}
-	p.WriteCDI, p.RemoveCDI = specs.Write, specs.Remove
-	return p
 }
 
 // publishSink makes the publishing sink: labels and features to the
