@@ -105,6 +105,9 @@ the command line wins.`,
 			if err := applyEnv(cmd.Flags()); err != nil {
 				return asUsageError(err)
 			}
+			if err := checkKubeletDir(f.kubeletDir); err != nil {
+				return err
+			}
 			if f.waitForRules {
 				// A misspelt builtin will never appear.
 				if err := rules.MisspeltBuiltin(f.rules); err != nil {
@@ -334,6 +337,35 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	err = a.Run(cmd.Context())
 	log.Info("featureplug stopped")
 	return err
+}
+
+// checkKubeletDir refuses a --kubelet-dir that exists and is not a
+// directory, before anything starts: the device-plugin directory is made
+// when missing, but a file in its place is an operator's mistake (a wrong
+// path, a file mounted over it) that no retry fixes.
+func checkKubeletDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil || st.IsDir() {
+		return nil // missing: made at start; unreadable: Run says why
+	}
+	return usageErrorf("--kubelet-dir %s is not a directory (it is a %s): give the kubelet's device-plugin directory, e.g. %s",
+		dir, fileKind(st.Mode()), deviceplugin.DefaultKubeletDir)
+}
+
+// fileKind names the kind of file a mode is, for errors.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "regular file"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	case m&os.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&os.ModeDevice != 0:
+		return "device"
+	default:
+		return "file of mode " + m.Type().String()
+	}
 }
 
 // agentConfig is the agent's configuration from the flags, for the GPU
