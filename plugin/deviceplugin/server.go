@@ -107,6 +107,10 @@ type server struct {
 	// gen counts restarts and kubelet losses, so a registration that
 	// raced one of them is not taken as current.
 	gen uint64
+
+	// streams holds one token per open ListAndWatch stream, at most
+	// maxListAndWatchStreams.
+	streams chan struct{}
 }
 
 var _ pluginapi.DevicePluginServer = (*server)(nil)
@@ -122,6 +126,7 @@ func newServer(name, socket string, set *deviceSet, health healthFunc, deps *ser
 		cancel:   cancel,
 		kick:     make(chan struct{}, 1),
 		loopDone: make(chan struct{}),
+		streams:  make(chan struct{}, maxListAndWatchStreams),
 	}
 	api, bad, nbad := set.apiDevices(health)
 	s.snap = &snapshot{set: set, api: api, bad: bad, changed: make(chan struct{})}
@@ -413,8 +418,19 @@ func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
 }
 
-// ListAndWatch sends the device list, then again whenever it changes.
+// ListAndWatch sends the device list, then again whenever it changes. A
+// stream over maxListAndWatchStreams open ones is refused with
+// ResourceExhausted, naming the bound.
 func (s *server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	select {
+	case s.streams <- struct{}{}:
+		defer func() { <-s.streams }()
+	default:
+		s.deps.metrics.streamsRefused.WithLabelValues(s.name).Inc()
+		return status.Errorf(codes.ResourceExhausted,
+			"resource %s: %d ListAndWatch streams are open, the most one device-plugin server keeps (the kubelet needs one); close one first",
+			s.name, maxListAndWatchStreams)
+	}
 	ctx := stream.Context()
 	for {
 		snap := s.current()
