@@ -395,7 +395,7 @@ func (m *Manager) dirLostLocked(found string) {
 	m.dirSeen, m.kubeletSeen = fswatch.ID{}, fswatch.ID{}
 	for _, s := range m.servers {
 		s.kubeletLost()
-		if !exists(s.path()) {
+		if !s.ownsSocket() {
 			// A listener on a deleted socket keeps a deleted directory
 			// alive, and its deletion unseen.
 			s.stopGRPC()
@@ -403,14 +403,15 @@ func (m *Manager) dirLostLocked(found string) {
 	}
 }
 
-// checkSocketsLocked restarts the servers whose socket vanished. While
-// kubelet.sock is missing (a kubelet restart cleaning the directory, or
-// the directory being deleted) such a server stops listening instead and
-// comes back with kubelet.sock: re-creating the socket now would race a
-// recursive delete of the directory.
+// checkSocketsLocked restarts the servers whose socket vanished or is
+// another file now (ownsSocket). While kubelet.sock is missing (a kubelet
+// restart cleaning the directory, or the directory being deleted) such a
+// server stops listening instead and comes back with kubelet.sock:
+// re-creating the socket now would race a recursive delete of the
+// directory.
 func (m *Manager) checkSocketsLocked(kubeletPresent bool) {
 	for _, s := range m.servers {
-		if exists(s.path()) {
+		if s.ownsSocket() {
 			continue
 		}
 		if !kubeletPresent {
@@ -427,13 +428,14 @@ func (m *Manager) checkSocketsLocked(kubeletPresent bool) {
 	}
 }
 
-// restartMissingLocked restarts the servers whose socket is missing.
+// restartMissingLocked restarts the servers whose socket is missing or
+// another file now.
 func (m *Manager) restartMissingLocked() {
 	if !isDir(m.opts.KubeletDir) {
 		return
 	}
 	for _, s := range m.servers {
-		if !exists(s.path()) {
+		if !s.ownsSocket() {
 			m.opts.Logger.Info("device-plugin socket missing; restarting its server", "resource", s.name, "socket", s.path())
 			if err := s.restart(); err != nil {
 				m.opts.Logger.Error("restarting device plugin", "resource", s.name, "err", err)

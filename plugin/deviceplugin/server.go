@@ -167,6 +167,18 @@ func (s *server) serve() error {
 	return nil
 }
 
+// ownsSocket reports whether the file at the server's socket path is the
+// socket it made, by inode and change time: not when it is gone, nor when
+// another process made a socket there since (ext4 gives a file made at
+// once the inode just freed).
+func (s *server) ownsSocket() bool {
+	s.mu.RLock()
+	path, own := s.socket, s.sockID
+	s.mu.RUnlock()
+	id, ok := fswatch.Identify(path)
+	return ok && id == own
+}
+
 // path is the socket the server listens on, or last listened on.
 func (s *server) path() string {
 	s.mu.RLock()
