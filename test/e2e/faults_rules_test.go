@@ -322,6 +322,16 @@ func TestFault15BadCommands(t *testing.T) {
 		}
 	}
 
+	// --kubelet-dir naming a file: one line naming the flag and the path,
+	// before anything starts.
+	notDir := rulesFaultWrite(t, dir, "device-plugins", "")
+	_, stderr, code := rulesFaultCLI(t, "run", "--fake-node", "dgx-a100", "--node-name", "fault15", "--publish", "none",
+		"--kubelet-dir", notDir, "--metrics-addr", "", "--state-dir", t.TempDir())
+	if want := "featureplug: --kubelet-dir " + notDir + " is not a directory (it is a regular file)"; code != 2 ||
+		!strings.HasPrefix(stderr, want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("run --kubelet-dir FILE: exit %d, stderr:\n%s\nwant exit 2 and the one line %q...", code, stderr, want)
+	}
+
 	pools := rulesFaultWrite(t, dir, "pools.yaml", rulesFaultHeader+`- name: inference
   devices: gpu
   nodeSelector:
