@@ -32,7 +32,7 @@ func TestHandoverBetweenTwoManagers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	firstClient := pluginapi.NewDevicePluginClient(conn)
 
 	second := &env{t: t, dir: first.dir, kubelet: first.kubelet}
@@ -99,7 +99,7 @@ func TestSocketSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	if want, _ := slotPath(dir, "example.com/x", 1); path != want {
 		t.Errorf("listened on %s, want %s past the file that is not a socket", path, want)
 	}

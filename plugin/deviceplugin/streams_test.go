@@ -29,7 +29,7 @@ func TestListAndWatchStreamsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := pluginapi.NewDevicePluginClient(conn)
 	open := func(ctx context.Context) error {
 		stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
