@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -339,17 +341,25 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	return err
 }
 
-// checkKubeletDir refuses a --kubelet-dir that exists and is not a
-// directory, before anything starts: the device-plugin directory is made
-// when missing, but a file in its place is an operator's mistake (a wrong
-// path, a file mounted over it) that no retry fixes.
+// checkKubeletDir refuses a --kubelet-dir that is not a directory, or
+// under a file, before anything starts: the device-plugin directory is
+// made when missing, but a file in its place is an operator's mistake (a
+// wrong path, a file mounted over it) that no retry fixes.
 func checkKubeletDir(dir string) error {
-	st, err := os.Stat(dir)
-	if err != nil || st.IsDir() {
-		return nil // missing: made at start; unreadable: Run says why
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		switch {
+		case err == nil && st.IsDir():
+			return nil
+		case err == nil && p == filepath.Clean(dir):
+			return usageErrorf("--kubelet-dir %s is not a directory (it is a %s): give the kubelet's device-plugin directory, e.g. %s",
+				dir, fileKind(st.Mode()), deviceplugin.DefaultKubeletDir)
+		case err == nil:
+			return usageErrorf("--kubelet-dir %s cannot be made: %s is a %s, not a directory", dir, p, fileKind(st.Mode()))
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) || filepath.Dir(p) == p:
+			return nil // unreadable: Run says why
+		}
 	}
-	return usageErrorf("--kubelet-dir %s is not a directory (it is a %s): give the kubelet's device-plugin directory, e.g. %s",
-		dir, fileKind(st.Mode()), deviceplugin.DefaultKubeletDir)
 }
 
 // fileKind names the kind of file a mode is, for errors.

@@ -92,6 +92,12 @@ func TestRunRefusesAKubeletDirThatIsAFile(t *testing.T) {
 			t.Errorf("the output says %q:\n%s", never, out)
 		}
 	}
+	// Under a file: the directory cannot be made.
+	under := filepath.Join(file, "sub")
+	_, err = execute(t, "run", "--fake-node", "dgx-h100", "--publish", "none", "--metrics-addr", "", "--kubelet-dir", under)
+	if want := "--kubelet-dir " + under + " cannot be made: " + file + " is a regular file, not a directory"; exitCode(err) != 2 || err.Error() != want {
+		t.Errorf("error %v (exit %d), want exit 2 with %q", err, exitCode(err), want)
+	}
 }
 
 func TestPrepareStateDir(t *testing.T) {
