@@ -58,14 +58,8 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 // plan is Plan, returning the planner too: CheckOn reads the problems
 // there as errors.
 func (rs *RuleSet) plan(inv *discovery.Inventory, nodeLabels map[string]string) (*plan.Plan, *planner, error) {
-	nodeMiss := make([]string, len(rs.rules))
 	node := labels.Set(nodeLabels)
-	for i, r := range rs.rules {
-		if r.selector != nil && !r.selector.Matches(node) {
-			nodeMiss[i] = r.nodeMiss
-		}
-	}
-
+	nodeMiss := rs.nodeMisses(node)
 	pl := newPlanner(rs, nodeMiss)
 	plan := &plan.Plan{
 		Decisions:    make([]plan.Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()+len(inv.VFIO)),
@@ -104,6 +98,18 @@ func (rs *RuleSet) plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 	applySingle(inv, plan, singleResource)
 	plan.Health, plan.HealthSource = rs.healthFor(node) // health.go
 	return plan, pl, nil
+}
+
+// nodeMisses says, per rule, why its node selector does not select a node
+// with labels node ("" when it does).
+func (rs *RuleSet) nodeMisses(node labels.Set) []string {
+	nodeMiss := make([]string, len(rs.rules))
+	for i, r := range rs.rules {
+		if r.selector != nil && !r.selector.Matches(node) {
+			nodeMiss[i] = r.nodeMiss
+		}
+	}
+	return nodeMiss
 }
 
 // newPlanner returns the state of one Plan (or check) with rs.
