@@ -69,6 +69,7 @@ type runFlags struct {
 	cdiHostDriverRoot  string
 	replicaPolicy      string
 	healthRecovery     time.Duration
+	vfioHealthInterval time.Duration
 	ignoredXIDs        []uint
 	mpsRoot            string
 	mpsControl         string
@@ -85,6 +86,7 @@ type runFlags struct {
 	serve              string // the kubelet API of resources whose rules do not say
 	draRegistryDir     string // the kubelet's plugin registry directory (DRA registration socket)
 	draPluginDir       string // the DRA driver's socket directory
+	draRollingUpdate   bool   // DRA sockets named after POD_UID
 }
 
 func newRunCommand() *cobra.Command {
@@ -152,13 +154,15 @@ the command line wins.`,
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the CDI spec's hooks (default: /usr/bin/nvidia-cdi-hook)")
 	fs.StringVar(&f.replicaPolicy, "replica-policy", string(deviceplugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
 	fs.DurationVar(&f.healthRecovery, "health-recovery", health.DefaultRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
+	fs.DurationVar(&f.vfioHealthInterval, "vfio-health-interval", health.DefaultVFIOProbeInterval, "how often the binding of the GPUs passed through to VMs is read from sysfs: one that leaves vfio-pci is Unhealthy within this period")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", nil, "XIDs that never mark a device unhealthy, on top of those NVIDIA's XID catalog resolves by restarting the application or with no action (docs/reliability.md)")
 	fs.StringVar(&f.mpsRoot, "mps-root", deviceplugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
 	fs.DurationVar(&f.mpsCheckInterval, "mps-check-interval", mps.DefaultCheckInterval, "period of the MPS control daemons' liveness check")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
-	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket "+dra.RegistrationSocketName+" goes")
-	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket "+dra.PluginSocketName+", which the kubelet calls to prepare claims")
+	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket goes ("+dra.DriverName+"-$"+podUIDEnv+"-reg.sock, or "+dra.RegistrationSocketName+" without --dra-rolling-update)")
+	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket (dra-$"+podUIDEnv+".sock, or "+dra.PluginSocketName+" without --dra-rolling-update), which the kubelet calls to prepare claims")
+	fs.BoolVar(&f.draRollingUpdate, "dra-rolling-update", true, "with $"+podUIDEnv+" set, name the DRA sockets after it, so that the agent of a DaemonSet update registers beside the old one and takes over its prepared claims without a gap (kubelet 1.33 or later; false keeps the fixed names)")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir, "host directory for state that must survive a restart (unhealthy devices); created 0700 at start; empty disables persistence")
 	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the file watcher's check (stat, and a content hash for files) of every watched file and directory (rules file, feature file, CDI spec, kubelet directories), which catches what inotify misses")
 	fs.DurationVar(&f.fileSettle, "file-settle", agent.DefaultFileSettle, "how long a changed rules file must stay unchanged before it is applied")
@@ -417,12 +421,14 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
 		DRARegistryDir:    f.draRegistryDir,
 		DRAPluginDir:      f.draPluginDir,
+		DRAInstance:       f.draInstance(),
 		CDI:               cdi.DriverConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
 		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
 		FileCheckInterval: f.fileCheckInterval,
 		FileSettle:        f.fileSettle,
 		NoInotify:         os.Getenv(noInotifyEnv) == "1",
 		HealthRecovery:    f.healthRecovery,
+		VFIOProbeInterval: f.vfioHealthInterval,
 		StateDir:          prepareStateDir(f.stateDir, log),
 		LivenessTimeout:   f.livenessTimeout,
 		MetricsAddr:       f.metricsAddr,
@@ -454,4 +460,13 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// draInstance names the DRA sockets for rolling updates: the pod's UID,
+// or "" without --dra-rolling-update or outside a pod.
+func (f *runFlags) draInstance() string {
+	if !f.draRollingUpdate {
+		return ""
+	}
+	return os.Getenv(podUIDEnv)
 }

@@ -16,9 +16,10 @@ import (
 // those of the device-plugin era (featureplug_plugin_*), which dashboards
 // use.
 type metrics struct {
-	events  *prometheus.CounterVec
-	writes  *prometheus.CounterVec
-	records prometheus.Gauge
+	events     *prometheus.CounterVec
+	writes     *prometheus.CounterVec
+	records    prometheus.Gauge
+	conditions *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -35,13 +36,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "featureplug", Subsystem: "plugin", Name: "unhealthy_records",
 			Help: "Devices (GPUs or MIG devices) held Unhealthy now, restored from the state file or from health events.",
 		}),
+		conditions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "featureplug", Subsystem: "plugin", Name: "unhealthy_conditions",
+			Help: "Devices held Unhealthy now by a condition a probe found, by kind (vfio-unbound, vfio-gone, vfio-no-group-node: GPUs passed through to VMs).",
+		}, []string{"kind"}),
+	}
+	for _, k := range vfioKinds {
+		m.conditions.WithLabelValues(string(k))
 	}
 	m.writes.WithLabelValues("ok")
 	m.writes.WithLabelValues("error")
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.events, m.writes, m.records} {
+	for _, c := range []prometheus.Collector{m.events, m.writes, m.records, m.conditions} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if errors.As(err, &already) {

@@ -5,7 +5,9 @@
 // the DRA device health streams.
 //
 // A critical event marks a device Unhealthy: a whole GPU with its MIG
-// devices and replicas, or a single MIG device with its replicas. A device
+// devices and replicas, or a single MIG device with its replicas. A
+// condition a probe finds (SetConditions: a GPU passed through to VMs that
+// left vfio-pci) holds a device Unhealthy while it lasts. A device
 // recovers after a quiet period without new events (Options.Recovery; 0
 // disables recovery). With a state directory, the records (device, kind,
 // XID, first and last event, recovery deadline) are kept in its
@@ -107,6 +109,7 @@ type Tracker struct {
 
 	mu          sync.Mutex
 	recs        map[string]*record
+	conds       map[string]map[string]Condition // by source, then device (condition.go)
 	timers      map[string]clock.Timer
 	pending     clock.Timer // a coalesced or retried state-file write
 	retry       wait.Backoff
@@ -142,6 +145,7 @@ func New(opts Options) (*Tracker, error) {
 		store:   newStore(opts.StateDir),
 		events:  newEventLog(opts.Clock, logInterval, opts.Logger),
 		recs:    map[string]*record{},
+		conds:   map[string]map[string]Condition{},
 		timers:  map[string]clock.Timer{},
 		retry:   opts.RetryBackoff,
 	}
@@ -247,12 +251,18 @@ func (t *Tracker) expire(key string) {
 }
 
 // Unhealthy returns the devices held Unhealthy now (from health events,
-// or from the state file until their recovery deadline), sorted by key.
+// or from the state file until their recovery deadline, or by a condition
+// while it lasts), sorted by key.
 func (t *Tracker) Unhealthy() []Device {
 	t.mu.Lock()
 	out := make([]Device, 0, len(t.recs))
 	for _, r := range t.recs {
 		out = append(out, Device{Key: r.Key, GPUUUID: r.GPUUUID, MIGUUID: r.MIGUUID, Kind: r.Kind, XID: r.XID})
+	}
+	for k, c := range t.conditionsLocked() {
+		if _, ok := t.recs[k]; !ok {
+			out = append(out, Device{Key: k, GPUUUID: k, Kind: c.Kind})
+		}
 	}
 	t.mu.Unlock()
 	slices.SortFunc(out, func(a, b Device) int { return strings.Compare(a.Key, b.Key) })
@@ -260,12 +270,15 @@ func (t *Tracker) Unhealthy() []Device {
 }
 
 // Func returns a check of the health of plan devices as it is now: true
-// for a device held Unhealthy (its GPU, or it as a MIG device). It is nil
-// while every device is healthy.
+// for a device held Unhealthy (its GPU, or it as a MIG device; a VFIO
+// device by its PCI address). It is nil while every device is healthy.
 func (t *Tracker) Func() func(d *plan.Device) bool {
 	t.mu.Lock()
 	bad := make(map[string]bool, len(t.recs))
 	for k := range t.recs {
+		bad[k] = true
+	}
+	for k := range t.conditionsLocked() {
 		bad[k] = true
 	}
 	t.mu.Unlock()

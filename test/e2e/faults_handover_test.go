@@ -82,7 +82,7 @@ func (s *handoverSampler) finish() (samples, bad int, longest time.Duration) {
 	return s.samples, s.bad, s.longest
 }
 
-// TestFault25HandoverBetweenTwoAgents: a DaemonSet rolling update with
+// TestFault26HandoverBetweenTwoAgents: a DaemonSet rolling update with
 // maxSurge runs a second agent beside the first on one node. Both serve
 // the same resource to the kubelet's own device manager (KubeletPeer) over
 // one device-plugin directory: the second, started 1 s after the first,
@@ -93,7 +93,7 @@ func (s *handoverSampler) finish() (samples, bad int, longest time.Duration) {
 // sees the resource without a registered, listening endpoint: every sample
 // of its allocatable count, taken throughout, is the node's 8 GPUs, and a
 // pod still gets a GPU through the second agent.
-func TestFault25HandoverBetweenTwoAgents(t *testing.T) {
+func TestFault26HandoverBetweenTwoAgents(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs featureplug")
 	}

@@ -498,7 +498,7 @@ func TestFault14StaleSocketRemoved(t *testing.T) {
 	}
 }
 
-// TestFault26ListAndWatchStreamsBounded opens 300 ListAndWatch streams to
+// TestFault27ListAndWatchStreamsBounded opens 300 ListAndWatch streams to
 // the agent's server over 10 connections and never reads past their first
 // answer, as a misbehaving local client could: the server keeps 8 open,
 // the kubelet's among them, and refuses every other at once with
@@ -506,7 +506,7 @@ func TestFault14StaleSocketRemoved(t *testing.T) {
 // featureplug_plugin_streams_refused_total; the agent's goroutines grow by
 // the 7 streams it keeps, not by the 300; the kubelet's stream is
 // unharmed and gets the next device list.
-func TestFault26ListAndWatchStreamsBounded(t *testing.T) {
+func TestFault27ListAndWatchStreamsBounded(t *testing.T) {
 	const streams, conns, bound = 300, 10, 8
 	e := pluginFaultStart(t, "")
 	e.waitReadyz(http.StatusOK)

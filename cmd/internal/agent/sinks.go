@@ -131,8 +131,14 @@ type Config struct {
 	// dra.DefaultPluginDir); either empty runs no kubelet-facing DRA
 	// driver, so claims of DRA devices cannot be prepared on this node.
 	DRARegistryDir, DRAPluginDir string
+	// DRAInstance names the DRA driver's sockets for rolling updates (the
+	// pod's UID; see dra.NodeOptions.Instance); "" keeps the fixed names.
+	DRAInstance string
 	// Health configures the NVML health watcher.
 	Health discovery.HealthOptions
+	// VFIOProbeInterval is how often the health of the GPUs passed through
+	// to VMs is read from sysfs; zero means health.DefaultVFIOProbeInterval.
+	VFIOProbeInterval time.Duration
 	// HealthRecovery is the quiet period after which an unhealthy device
 	// is healthy again; 0 disables recovery.
 	HealthRecovery time.Duration
@@ -254,6 +260,9 @@ func checkConfig(cfg *Config) error {
 	if cfg.HealthRecovery < 0 {
 		return fmt.Errorf("--health-recovery: %v is negative (0 disables recovery)", cfg.HealthRecovery)
 	}
+	if cfg.VFIOProbeInterval < 0 {
+		return fmt.Errorf("--vfio-health-interval: %v is negative", cfg.VFIOProbeInterval)
+	}
 	return nil
 }
 
@@ -271,7 +280,9 @@ type builder struct {
 // buildSinks makes the agent's sinks in the order every plan is applied,
 // declared here once: the MPS daemons first (the gate that holds an MPS
 // resource back until its daemon is up), the CDI spec (a device is
-// advertised only once its CDI name resolves), the device plugins, DRA and
+// advertised only once its CDI name resolves), the VFIO health probe (the
+// first device list of a GPU passed through to VMs has its health), the
+// device plugins, DRA and
 // its kubelet-facing half, and publishing last (what is published is what
 // is served). With NoDevicePlugins only publishing runs. The device health
 // tracker and the file watcher are shared by the sinks that need them.
@@ -285,7 +296,7 @@ func (a *Agent) buildSinks() error {
 	}
 	a.health = b.tracker
 	a.runners = append(a.runners, namedRunner{"file watcher", a.watcher.Run}, namedRunner{"health tracker", closeOnDone(b.tracker.Close)})
-	steps := []func() (Sink, error){b.mpsSink, b.cdiSink, b.pluginSink, b.draSink, b.draNodeSink, b.publishSink}
+	steps := []func() (Sink, error){b.mpsSink, b.cdiSink, b.vfioProbeSink, b.pluginSink, b.draSink, b.draNodeSink, b.publishSink}
 	if a.cfg.NoDevicePlugins {
 		steps = steps[len(steps)-1:]
 	}
@@ -318,6 +329,16 @@ func (b *builder) mpsSink() (Sink, error) {
 	s, err := mps.NewSink(o)
 	b.mps = s
 	return s, err
+}
+
+// vfioProbeSink is the health probe of the GPUs passed through to VMs,
+// reading sysfs where discovery reads it (a fake node's tree).
+func (b *builder) vfioProbeSink() (Sink, error) {
+	root := "/"
+	if s, ok := b.a.cfg.Source.(interface{ SysfsRoot() string }); ok && s.SysfsRoot() != "" {
+		root = s.SysfsRoot()
+	}
+	return health.NewVFIOProbe(b.tracker, root, b.a.cfg.VFIOProbeInterval), nil
 }
 
 func (b *builder) pluginSink() (Sink, error) {
@@ -431,8 +452,9 @@ func (b *builder) draNodeSink() (Sink, error) {
 	}
 	node, err := dra.NewNode(dra.NodeOptions{
 		NodeName: a.cfg.NodeName, RegistryDir: a.cfg.DRARegistryDir, PluginDir: a.cfg.DRAPluginDir, StateDir: a.cfg.StateDir,
-		Claims: func(ns string) dra.ResourceClaims { return a.cfg.Kube.ResourceClaims(ns) },
-		Table:  b.dra.Table, Watcher: a.watcher, Logger: log, Registerer: a.registry,
+		Instance: a.cfg.DRAInstance,
+		Claims:   func(ns string) dra.ResourceClaims { return a.cfg.Kube.ResourceClaims(ns) },
+		Table:    b.dra.Table, Watcher: a.watcher, Logger: log, Registerer: a.registry,
 	})
 	if err != nil {
 		return nil, err

@@ -489,9 +489,9 @@ func sorted(s []string) []string {
 }
 
 // TestUpdateStrategy: the DaemonSet's rolling update starts the new agent
-// beside the old one (maxSurge 1, maxUnavailable 0), a device-plugin
-// handover with no gap, except with MPS or DRA, whose pipe directories and
-// sockets are one per node: one agent at a time there. Helm renders the
+// beside the old one (maxSurge 1, maxUnavailable 0), a device-plugin (and
+// DRA) handover with no gap, except with MPS, whose control daemons have
+// one pipe directory per resource: one agent at a time there. Helm renders the
 // same (TestHelmMatchesKustomize) and keeps a strategy set in its values.
 func TestUpdateStrategy(t *testing.T) {
 	surge := map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxUnavailable": int64(0), "maxSurge": int64(1)}}
@@ -507,7 +507,7 @@ func TestUpdateStrategy(t *testing.T) {
 		}, oneAtATime},
 		{"kustomize nodefeature + dra", func(t *testing.T) []*unstructured.Unstructured {
 			return composed(t, "overlays/nodefeature", "components/dra")
-		}, oneAtATime},
+		}, surge},
 		{"helm defaults", func(t *testing.T) []*unstructured.Unstructured { return helm(t, nil) }, surge},
 		{"helm updateStrategy OnDelete", func(t *testing.T) []*unstructured.Unstructured {
 			return helm(t, map[string]any{"updateStrategy": map[string]any{"type": "OnDelete"}, "mps": map[string]any{"enabled": true}})
