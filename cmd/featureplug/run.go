@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -106,6 +108,9 @@ the command line wins.`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyEnv(cmd.Flags()); err != nil {
 				return asUsageError(err)
+			}
+			if err := checkKubeletDir(f.kubeletDir); err != nil {
+				return err
 			}
 			if f.waitForRules {
 				// A misspelt builtin will never appear.
@@ -338,6 +343,43 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	err = a.Run(cmd.Context())
 	log.Info("featureplug stopped")
 	return err
+}
+
+// checkKubeletDir refuses a --kubelet-dir that is not a directory, or
+// under a file, before anything starts: the device-plugin directory is
+// made when missing, but a file in its place is an operator's mistake (a
+// wrong path, a file mounted over it) that no retry fixes.
+func checkKubeletDir(dir string) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		switch {
+		case err == nil && st.IsDir():
+			return nil
+		case err == nil && p == filepath.Clean(dir):
+			return usageErrorf("--kubelet-dir %s is not a directory (it is a %s): give the kubelet's device-plugin directory, e.g. %s",
+				dir, fileKind(st.Mode()), deviceplugin.DefaultKubeletDir)
+		case err == nil:
+			return usageErrorf("--kubelet-dir %s cannot be made: %s is a %s, not a directory", dir, p, fileKind(st.Mode()))
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) || filepath.Dir(p) == p:
+			return nil // unreadable: Run says why
+		}
+	}
+}
+
+// fileKind names the kind of file a mode is, for errors.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "regular file"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	case m&os.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&os.ModeDevice != 0:
+		return "device"
+	default:
+		return "file of mode " + m.Type().String()
+	}
 }
 
 // agentConfig is the agent's configuration from the flags, for the GPU
