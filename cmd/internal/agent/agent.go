@@ -48,10 +48,13 @@ type GPUSource interface {
 	Close()
 }
 
-// HealthRecorder takes the devices' health events: the one device health
-// tracker, which every sink serving devices reads.
+// HealthRecorder takes the devices' health events and the node's health
+// policy: the one device health tracker (health.Tracker).
 type HealthRecorder interface {
 	Record(ev discovery.HealthEvent)
+	SetPolicy(over *discovery.HealthPolicy)
+	NVMLFailing(gpus []string, err error)
+	NVMLAnswers()
 }
 
 // Agent is a running featureplug daemon.
@@ -381,7 +384,13 @@ func (a *Agent) startupEvidence() {
 	if lib == nil {
 		return
 	}
-	w := discovery.NewHealthWatcher(lib, withLogger(a.cfg.Health, a.log.With("component", "health")))
+	if a.ruleSet != nil {
+		// The node's policy decides the evidence too.
+		if p, err := a.planFor(a.ruleSet); err == nil {
+			a.health.SetPolicy(p.Health)
+		}
+	}
+	w := discovery.NewHealthWatcher(lib, a.watcherOptions())
 	evs, _ := w.ReadEvidence(a.inv)
 	for _, ev := range evs {
 		a.health.Record(ev)
@@ -396,7 +405,7 @@ func (a *Agent) restartHealthWatcher(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	hctx, stop := context.WithCancel(ctx)
 	a.stopHealth = stop
-	w := discovery.NewHealthWatcher(a.nvml(), withLogger(a.cfg.Health, a.log.With("component", "health")))
+	w := discovery.NewHealthWatcher(a.nvml(), a.watcherOptions())
 	a.live.Running(componentHealthWatcher)
 	wg.Go(func() {
 		err := w.Run(hctx, a.current.Load, a.healthCh)
@@ -412,8 +421,12 @@ func (a *Agent) restartHealthWatcher(ctx context.Context, wg *sync.WaitGroup) {
 	})
 }
 
-func withLogger(o discovery.HealthOptions, log *slog.Logger) discovery.HealthOptions {
-	o.Logger = log
+// watcherOptions are the NVML health watcher's options: every event,
+// which the health tracker decides on with the node's policy.
+func (a *Agent) watcherOptions() discovery.HealthOptions {
+	o := a.cfg.Health
+	o.AllEvents = true
+	o.Logger = a.log.With("component", "health")
 	return o
 }
 

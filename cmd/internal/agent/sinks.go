@@ -131,11 +131,17 @@ type Config struct {
 	// dra.DefaultPluginDir); either empty runs no kubelet-facing DRA
 	// driver, so claims of DRA devices cannot be prepared on this node.
 	DRARegistryDir, DRAPluginDir string
-	// Health configures the NVML health watcher.
+	// Health configures the NVML health watcher; it sends every event
+	// (AllEvents), which the health tracker decides on, and its
+	// IgnoredXIDs are the policy's XIDs of effect none, under the rules
+	// file's health section.
 	Health discovery.HealthOptions
-	// HealthRecovery is the quiet period after which an unhealthy device
-	// is healthy again; 0 disables recovery.
+	// HealthRecovery is the quiet period of until-quiet holds unless the
+	// rules file's health section says otherwise; 0 disables recovery.
 	HealthRecovery time.Duration
+	// BootIDFile is where the node's boot ID is read, which ends
+	// until-reboot holds when it changes (default discovery.BootIDPath).
+	BootIDFile string
 	// StateDir holds what must survive a restart (unhealthy devices,
 	// prepared DRA claims); "" keeps nothing.
 	StateDir string
@@ -278,8 +284,9 @@ type builder struct {
 func (a *Agent) buildSinks() error {
 	b := &builder{a: a}
 	var err error
-	b.tracker, err = health.New(health.Options{Recovery: a.cfg.HealthRecovery, StateDir: statedir.Dir(a.cfg.StateDir),
-		Logger: a.log.With("component", "health"), Registerer: a.registry})
+	b.tracker, err = health.New(health.Options{Recovery: a.cfg.HealthRecovery, Policy: a.flagHealthPolicy(), BootID: a.bootID(),
+		StateDir: statedir.Dir(a.cfg.StateDir),
+		Logger:   a.log.With("component", "health"), Registerer: a.registry})
 	if err != nil {
 		return err
 	}
@@ -299,6 +306,33 @@ func (a *Agent) buildSinks() error {
 		}
 	}
 	return nil
+}
+
+// flagHealthPolicy is the health policy of the flags, which the rules
+// file's health section overrides: the ignored XIDs have effect none.
+func (a *Agent) flagHealthPolicy() discovery.HealthPolicy {
+	var p discovery.HealthPolicy
+	for _, x := range a.cfg.Health.IgnoredXIDs {
+		if p.XIDs == nil {
+			p.XIDs = map[uint64]discovery.HealthEffect{}
+		}
+		p.XIDs[x] = discovery.EffectNone
+	}
+	return p
+}
+
+// bootID reads the node's boot ID; unknown ("", logged) ends no
+// until-reboot hold.
+func (a *Agent) bootID() string {
+	path := a.cfg.BootIDFile
+	if path == "" {
+		path = discovery.BootIDPath
+	}
+	id, err := discovery.ReadBootID(path)
+	if err != nil {
+		a.log.Warn("the boot ID is unknown: until-reboot health holds last until a restart of the agent sees one", "err", err)
+	}
+	return id
 }
 
 // closeOnDone is a Runner's Run that calls done when ctx ends.

@@ -1,0 +1,160 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// fault posts a fault hook of the agent's fake node (/fake/reset?gpu=2, ...)
+// with body.
+func (a *agent) fault(t *testing.T, path, body string) {
+	t.Helper()
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Post(a.base+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("POST %s: %s: %s", path, resp.Status, b)
+	}
+}
+
+// waitHealth waits until GPU gpu's device has health want.
+func (e *pluginFaultEnv) waitHealth(gpu int, want, why string) {
+	e.t.Helper()
+	if err := e.kubelet.WaitFor(e.ctx(), pluginFaultResource, func(devs []*pluginapi.Device) bool {
+		for _, d := range devs {
+			if d.GetID() == e.gpus[gpu] {
+				return d.GetHealth() == want
+			}
+		}
+		return false
+	}); err != nil {
+		e.t.Fatalf("GPU %d not %s %s: %v (health %v)", gpu, want, why, err, e.health())
+	}
+}
+
+// holdsHealth checks that GPU gpu's device stays want for d.
+func (e *pluginFaultEnv) holdsHealth(gpu int, want string, d time.Duration, why string) {
+	e.t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if got := e.health()[e.gpus[gpu]]; got != want {
+			e.t.Fatalf("GPU %d turned %s %s, want it %s", gpu, got, why, want)
+		}
+	}
+}
+
+// TestFault25HealthPolicyClasses plays one event of each resolution class
+// of NVIDIA's XID catalog on the dgx-h100 fake node, with a quiet period of
+// 1 s and NVML's evidence read every 1 s, so that only what the catalog
+// names can end a hold: XID 94 (restart the application) is counted and
+// the GPU stays Healthy; XID 109 (reset the GPU) with the driver asking
+// for a reset stays Unhealthy past many quiet periods until the fake node
+// reports the reset; XID 79 (restart the node) stays Unhealthy through a
+// reset.
+func TestFault25HealthPolicyClasses(t *testing.T) {
+	e := pluginFaultStart(t, "", "--health-recovery", "1s", "--health-evidence-interval", "1s")
+
+	e.agent.injectXID(t, 1, 94)
+	e.agent.waitMetric(t, "featureplug_plugin_health_events_total", func(v float64) bool { return v == 1 }, `xid="94"`, `effect="count"`)
+	e.holdsHealth(1, pluginapi.Healthy, 2*time.Second, "after XID 94")
+
+	e.agent.fault(t, "/fake/recovery-action?gpu=3&action=gpu-reset", "")
+	e.agent.injectXID(t, 3, 109)
+	e.waitHealth(3, pluginapi.Unhealthy, "after XID 109")
+	e.agent.injectXID(t, 4, 79)
+	e.waitHealth(4, pluginapi.Unhealthy, "after XID 79")
+	e.holdsHealth(3, pluginapi.Unhealthy, 4*time.Second, "without a reset (4 quiet periods)")
+
+	e.agent.fault(t, "/fake/reset?gpu=3", "")
+	e.agent.fault(t, "/fake/reset?gpu=4", "")
+	e.waitHealth(3, pluginapi.Healthy, "once NVML shows the reset")
+	e.holdsHealth(4, pluginapi.Unhealthy, 3*time.Second, "after a reset: XID 79 waits for a reboot")
+	if v := e.agent.metric(t, "featureplug_plugin_devices", `health="unhealthy"`); v != 1 {
+		t.Errorf("featureplug_plugin_devices{health=unhealthy} = %v, want 1 (GPU 4)", v)
+	}
+}
+
+// l40sHealthNode is a fake node of two L40S (page retirement), GPU 0 with
+// the failure evidence evidence (a gpus[].health value, "" for none).
+func l40sHealthNode(evidence string) []byte {
+	health := ""
+	if evidence != "" {
+		health = "\n    health: " + evidence
+	}
+	return fmt.Appendf(nil, `name: l40s-health
+driverVersion: "570.86.15"
+cudaVersion: "12.8"
+gpus:
+  - product: L40S
+    numa: 0%s
+  - product: L40S
+    numa: 0
+`, health)
+}
+
+// TestFault25ResetHoldSurvivesRestart: XID 48 on an L40S, then pages
+// retired and pending (the fake node file edited, as NVML would report
+// after the driver retired them): the GPU stays Unhealthy past the quiet
+// period, is Unhealthy from the first device list of an agent restarted
+// with SIGKILL, and is Healthy once the evidence is gone (the GPU reset).
+func TestFault25ResetHoldSurvivesRestart(t *testing.T) {
+	file := filepath.Join(shortTempDir(t), "node.yaml")
+	writeFileAtomic(t, file, l40sHealthNode(""))
+	state := filepath.Join(shortTempDir(t), "state")
+	e := pluginFaultStartOn(t, agentSpec{FakeNode: file, Rules: "single",
+		Extra: []string{"--state-dir", state, "--health-recovery", "1s", "--health-evidence-interval", "1s"}})
+
+	e.agent.injectXID(t, 0, 48)
+	e.waitHealth(0, pluginapi.Unhealthy, "after XID 48")
+	writeFileAtomic(t, file, l40sHealthNode("{retiredPagesPending: true}"))
+	if err := e.agent.Signal(syscall.SIGHUP); err != nil { // re-discover now
+		t.Fatal(err)
+	}
+	e.agent.waitMetric(t, "featureplug_plugin_health_events_total", func(v float64) bool { return v >= 1 }, `kind="retired-pages-pending"`, `effect="until-reset"`)
+	e.holdsHealth(0, pluginapi.Unhealthy, 3*time.Second, "with retired pages pending (3 quiet periods)")
+
+	e.killAndCheckFirstList(t, 0)
+	e.holdsHealth(0, pluginapi.Unhealthy, 3*time.Second, "after the restart, retired pages still pending")
+
+	writeFileAtomic(t, file, l40sHealthNode(""))
+	if err := e.agent.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	e.waitHealth(0, pluginapi.Healthy, "once the GPU was reset (no page pending)")
+	b, err := os.ReadFile(filepath.Join(state, "health.json"))
+	if err != nil || strings.Contains(string(b), e.gpus[0]) {
+		t.Errorf("state file after the reset: %s, %v; want GPU 0 gone", b, err)
+	}
+}
+
+// TestFault25PolicyPerNodePool: the same rules file on two nodes, one in
+// the inference pool, whose health entry makes XID 94 hold the GPU for the
+// quiet period: there XID 94 takes the GPU out; on the other node it is
+// counted and the GPU serves on.
+func TestFault25PolicyPerNodePool(t *testing.T) {
+	rules := filepath.Join(build.root, "manifests/examples/rules/health-pools.yaml")
+	inference := pluginFaultStartOn(t, agentSpec{Node: "pool-inference", FakeNode: "dgx-h100", Rules: rules,
+		Extra: []string{"--node-labels", "example.com/pool=inference"}})
+	other := pluginFaultStartOn(t, agentSpec{Node: "pool-other", FakeNode: "dgx-h100", Rules: rules})
+
+	inference.agent.injectXID(t, 2, 94)
+	other.agent.injectXID(t, 2, 94)
+	inference.waitHealth(2, pluginapi.Unhealthy, "in the inference pool after XID 94")
+	other.agent.waitMetric(t, "featureplug_plugin_health_events_total", func(v float64) bool { return v == 1 }, `xid="94"`, `effect="count"`)
+	other.holdsHealth(2, pluginapi.Healthy, 2*time.Second, "outside the pool after XID 94")
+	if v := inference.agent.metric(t, "featureplug_plugin_health_events_total", `xid="94"`, `effect="until-quiet"`); v != 1 {
+		t.Errorf("inference pool: health_events_total{xid=94,effect=until-quiet} = %v, want 1", v)
+	}
+}
