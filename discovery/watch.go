@@ -232,6 +232,13 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 		w.send(ctx, out, ev)
 	}
 
+	w.watch(ctx, set, inventory, out)
+	return nil
+}
+
+// watch delivers the events of set, and the evidence read again every
+// evidence interval, until ctx ends.
+func (w *HealthWatcher) watch(ctx context.Context, set nvml.EventSet, inventory func() *Inventory, out chan<- HealthEvent) {
 	nextEvidence := w.now().Add(w.evidence)
 	failing := false
 	for ctx.Err() == nil {
@@ -272,7 +279,6 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 			w.send(ctx, out, ev)
 		}
 	}
-	return nil
 }
 
 // pause waits one event-wait timeout, or until ctx ends: after a wait

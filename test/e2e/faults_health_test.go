@@ -1,17 +1,24 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/featureplug/featureplug/test/harness"
 )
 
 // fault posts a fault hook of the agent's fake node (/fake/reset?gpu=2, ...)
@@ -156,5 +163,87 @@ func TestFault25PolicyPerNodePool(t *testing.T) {
 	other.holdsHealth(2, pluginapi.Healthy, 2*time.Second, "outside the pool after XID 94")
 	if v := inference.agent.metric(t, "featureplug_plugin_health_events_total", `xid="94"`, `effect="until-quiet"`); v != 1 {
 		t.Errorf("inference pool: health_events_total{xid=94,effect=until-quiet} = %v, want 1", v)
+	}
+}
+
+// TestFault26NVMLFailsMidRun: every NVML call of the fake node's library
+// answers ERROR_UNKNOWN (a driver unloaded or hung) while the agent serves
+// the kubelet's own device manager: allocatable drops to 0 at the next
+// re-discovery (--rediscover-interval 1s here, 30s by default), /readyz
+// says why, a Warning Event NVMLUnavailable is on the Node and the
+// NodeFeature carries featureplug.io/nvml-unavailable=true. When NVML
+// answers again every device is allocatable again, with the same IDs, and
+// the label is gone.
+func TestFault26NVMLFailsMidRun(t *testing.T) {
+	api := harness.StartAPIServer(t)
+	c := &cluster{api: api}
+	node := c.node(t, "fault26", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*waitTimeout)
+	defer cancel()
+	if err := api.CreateNamespace(ctx, agentNamespace); err != nil {
+		t.Fatal(err)
+	}
+	e := agentFaultStart(t, agentSpec{Node: node, Rules: "single", Publish: "nodefeature",
+		Kubeconfig: api.KubeconfigPath, Namespace: agentNamespace, Extra: []string{"--rediscover-interval", "1s"}})
+	e.serves(t, map[string]int64{pluginFaultResource: 8})
+	ids := slices.Sorted(maps.Keys(e.peer.Devices(pluginFaultResource)))
+	label := func() (string, bool) {
+		nf, err := api.NFD.NfdV1alpha1().NodeFeatures(agentNamespace).Get(ctx, nodeFeatureName(node), metav1.GetOptions{})
+		if err != nil {
+			return "", false
+		}
+		v, ok := nf.Spec.Labels["featureplug.io/nvml-unavailable"]
+		return v, ok
+	}
+
+	failed := time.Now()
+	e.a.fault(t, "/fake/nvml?fail=unknown", "")
+	if err := e.peer.WaitCapacity(ctx, pluginFaultResource, 8, 0); err != nil {
+		t.Fatalf("NVML failing: %v", err)
+	}
+	t.Logf("allocatable 0 %s after NVML began failing", time.Since(failed).Round(time.Millisecond))
+	if code, body, err := e.a.get("/readyz"); err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "NVML fails") {
+		t.Errorf("/readyz while NVML fails: %d %q %v; want 503 saying NVML fails", code, body, err)
+	}
+	sel := fields.Set{"involvedObject.kind": "Node", "involvedObject.name": node, "reason": "NVMLUnavailable", "type": "Warning"}.String()
+	if err := waitFor(ctx, func() (bool, string) {
+		evs, err := api.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, ev := range evs.Items {
+			if strings.Contains(ev.Message, "ERROR_UNKNOWN") && strings.Contains(ev.Message, "8 GPUs") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d Events match %s", len(evs.Items), sel)
+	}); err != nil {
+		t.Errorf("Warning Event NVMLUnavailable naming the error and the GPUs: %v", err)
+	}
+	if err := waitFor(ctx, func() (bool, string) {
+		v, ok := label()
+		return ok && v == "true", fmt.Sprintf("label %q present %v", v, ok)
+	}); err != nil {
+		t.Errorf("NodeFeature label featureplug.io/nvml-unavailable: %v", err)
+	}
+	if v := e.a.metric(t, "featureplug_nvml_available"); v != 0 {
+		t.Errorf("featureplug_nvml_available = %v while NVML fails", v)
+	}
+
+	e.a.fault(t, "/fake/nvml", "")
+	if err := e.peer.WaitCapacity(ctx, pluginFaultResource, 8, 8); err != nil {
+		t.Fatalf("NVML answering again: %v", err)
+	}
+	if got := slices.Sorted(maps.Keys(e.peer.Devices(pluginFaultResource))); !slices.Equal(got, ids) {
+		t.Errorf("device IDs after NVML answered again: %v, want %v", got, ids)
+	}
+	if err := waitFor(ctx, func() (bool, string) {
+		_, ok := label()
+		return !ok, "label still present"
+	}); err != nil {
+		t.Errorf("NodeFeature label featureplug.io/nvml-unavailable: %v", err)
+	}
+	if code, body, err := e.a.get("/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("/readyz once NVML answers: %d %q %v", code, body, err)
 	}
 }

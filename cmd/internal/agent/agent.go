@@ -55,6 +55,7 @@ type HealthRecorder interface {
 	SetPolicy(over *discovery.HealthPolicy)
 	NVMLFailing(gpus []string, err error)
 	NVMLAnswers()
+	NVMLFailure() (time.Time, error)
 }
 
 // Agent is a running featureplug daemon.
@@ -98,6 +99,10 @@ type Agent struct {
 	servedFrom *plan.Plan // the plan served was made from
 	nodeLabels map[string]string
 	stopHealth context.CancelFunc
+	// nvmlDown is the NVML error of the latest discovery, nil while NVML
+	// answers; nvmlSince is when it began (nvmlfence.go). Loop only.
+	nvmlDown  error
+	nvmlSince time.Time
 	// rulesKey identifies the rules file state last handled (content hash
 	// or kind of error); rulesMissing is set while the file is lost.
 	rulesKey     string
@@ -139,6 +144,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	inv, lib, err := a.discover()
+	if nerr := nvmlFailure(err); nerr != nil {
+		// NVML fails at start (a driver being reloaded, every GPU lost):
+		// serve nothing, say why, and re-discover until it answers.
+		inv, lib, err = &discovery.Inventory{}, nil, nil
+		a.nvmlFailingAtStart(nerr)
+	}
 	if err != nil {
 		return fmt.Errorf("discovering GPUs: %w", err)
 	}
@@ -333,9 +344,14 @@ func (a *Agent) discoverFor(rs RuleSet) (*discovery.Inventory, nvml.Interface, e
 func (a *Agent) rediscover(ctx context.Context, wg *sync.WaitGroup, why string) {
 	inv, lib, err := a.discover()
 	if err != nil {
+		if nerr := nvmlFailure(err); nerr != nil {
+			a.nvmlFailing(ctx, nerr)
+			return
+		}
 		a.log.Error("re-discovery failed; keeping the last inventory", "trigger", why, "err", err)
 		return
 	}
+	a.nvmlAnswers(ctx)
 	a.refreshNodeLabels()
 	changed := !reflect.DeepEqual(inv, a.inv)
 	a.setInventory(inv)

@@ -308,6 +308,15 @@ func (a *Agent) buildSinks() error {
 	return nil
 }
 
+// nvmlLabels are the node labels of NVML's state, which the publishing
+// sink reads at each Apply: labeler.LabelNVMLUnavailable while it fails.
+func (a *Agent) nvmlLabels() map[string]string {
+	if a.nvmlReady() == nil {
+		return nil
+	}
+	return map[string]string{labeler.LabelNVMLUnavailable: "true"}
+}
+
 // flagHealthPolicy is the health policy of the flags, which the rules
 // file's health section overrides: the ignored XIDs have effect none.
 func (a *Agent) flagHealthPolicy() discovery.HealthPolicy {
@@ -491,7 +500,8 @@ func (b *builder) publishSink() (Sink, error) {
 		Publisher: pub, Labels: a.cfg.Labels,
 		Resync: a.cfg.ResyncInterval, ResyncJitter: periodJitter, Timestamp: a.cfg.TimestampLabel,
 		Backoff: retryBackoff(time.Second), DefaultServe: a.cfg.DefaultServe, MoreAnnotations: b.mpsControl,
-		Logger: a.log.With("component", "publish"), Registerer: a.registry,
+		MoreLabels: a.nvmlLabels,
+		Logger:     a.log.With("component", "publish"), Registerer: a.registry,
 	}
 	if b.plugins != nil && a.cfg.PublishHold > 0 {
 		hold := a.cfg.PublishHold
