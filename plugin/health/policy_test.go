@@ -2,13 +2,18 @@ package health
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/statedir"
 	"github.com/featureplug/featureplug/plugin/health/healthtest"
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // unhealthyKeys returns the keys tr holds Unhealthy.
@@ -147,5 +152,56 @@ func TestNVMLFence(t *testing.T) {
 	tr.SetPolicy(nil) // the fence is back, at once
 	if got := unhealthyKeys(tr); !slices.Equal(got, []string{"GPU-a", "GPU-b"}) {
 		t.Errorf("fence back on: %v", got)
+	}
+}
+
+// TestDeviceHealthMetric: featureplug_device_health has one series per
+// device of the plan, 1 with reason healthy or 0 with the bounded reason
+// of what holds it, also for a MIG device held through its GPU.
+func TestDeviceHealthMetric(t *testing.T) {
+	clock := healthtest.NewClock()
+	reg := prometheus.NewRegistry()
+	tr := newTracker(t, Options{Recovery: time.Minute, Clock: clock, Registerer: reg})
+	tr.SetPlan(&plan.Plan{Resources: []plan.Resource{
+		{Name: "nvidia.com/gpu", Devices: []plan.Device{
+			{ID: "GPU-a", GPUUUID: "GPU-a", Kind: plan.DeviceGPU}, {ID: "GPU-b", GPUUUID: "GPU-b", Kind: plan.DeviceGPU}}},
+		{Name: "nvidia.com/mig-1g.10gb", Devices: []plan.Device{
+			{ID: "MIG-c0", GPUUUID: "GPU-c", Kind: plan.DeviceMIG}, {ID: "MIG-c1", GPUUUID: "GPU-c", Kind: plan.DeviceMIG}}},
+	}})
+	tr.Record(discovery.HealthEvent{GPUUUID: "GPU-b", Kind: discovery.EventXID, XID: 61})
+	tr.Record(discovery.HealthEvent{GPUUUID: "GPU-c", MIGUUID: "MIG-c1", Kind: discovery.EventXID, XID: 4242})
+	tr.NVMLFailing([]string{"GPU-a"}, errors.New("ERROR_UNKNOWN"))
+	tr.NVMLAnswers()
+	tr.Record(discovery.HealthEvent{GPUUUID: "GPU-c", Kind: discovery.EventECCDoubleBit})
+
+	want := map[string]string{
+		"nvidia.com/gpu GPU-a healthy":                 "1",
+		"nvidia.com/gpu GPU-b xid-61":                  "0",
+		"nvidia.com/mig-1g.10gb MIG-c0 ecc-double-bit": "0",
+		"nvidia.com/mig-1g.10gb MIG-c1 xid-other":      "0",
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, mf := range mfs {
+		if mf.GetName() != "featureplug_device_health" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			got[l["resource"]+" "+l["device"]+" "+l["reason"]] = fmt.Sprint(m.GetGauge().GetValue())
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("featureplug_device_health:\n got %v\nwant %v", got, want)
+	}
+	states := tr.DeviceHealth()
+	if len(states) != 4 || states[1].Device.Effect != discovery.EffectUntilQuiet || states[1].Device.Until.IsZero() || states[1].Device.Message == "" {
+		t.Errorf("DeviceHealth()[1] = %+v, want GPU-b until-quiet with a deadline and a message", states[1])
 	}
 }

@@ -95,28 +95,29 @@ type Options struct {
 type Device struct {
 	// Key is the device held Unhealthy: a MIG UUID for an event on one
 	// MIG device, else a GPU UUID (the GPU and all its MIG devices).
-	Key string
+	Key string `json:"device"`
 	// GPUUUID is the physical GPU; MIGUUID the MIG device, if any.
-	GPUUUID, MIGUUID string
+	GPUUUID string `json:"gpuUUID"`
+	MIGUUID string `json:"migUUID,omitempty"`
 	// Kind and XID are those of the latest event of the strongest hold
 	// (empty for a device held by a condition only).
-	Kind discovery.HealthEventKind
-	XID  uint64
+	Kind discovery.HealthEventKind `json:"kind,omitempty"`
+	XID  uint64                    `json:"xid,omitempty"`
 	// Effect is the strongest hold's effect; empty for a condition only.
-	Effect discovery.HealthEffect
+	Effect discovery.HealthEffect `json:"effect,omitempty"`
 	// Reason is a short, bounded label: Reason(Kind, XID), or the
 	// condition's reason ("nvml-unavailable").
-	Reason string
+	Reason string `json:"reason"`
 	// Message says in one line why and what ends it.
-	Message string
+	Message string `json:"message,omitempty"`
 	// Since is when the device turned Unhealthy.
-	Since time.Time
+	Since time.Time `json:"since,omitzero"`
 	// Until is when it is Healthy again unless more events come; zero
 	// when no time ends it (a reset, a reboot, a condition, or no
 	// recovery).
-	Until time.Time
+	Until time.Time `json:"until,omitzero"`
 	// WaitsFor says in a few words what ends it.
-	WaitsFor string
+	WaitsFor string `json:"waitsFor,omitempty"`
 }
 
 // Tracker keeps the holds and conditions that make devices Unhealthy.
@@ -138,6 +139,7 @@ type Tracker struct {
 	recs        map[string]*record
 	timers      map[string]clock.Timer
 	conds       map[string]*condition
+	served      []servedDevice // the plan's devices (SetPlan)
 	nvmlErr     error
 	nvmlSince   time.Time
 	nvmlGPUs    []string
@@ -188,6 +190,11 @@ func New(opts Options) (*Tracker, error) {
 	}
 	t.restore()
 	t.updateGaugeLocked()
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(deviceHealthCollector{t}); err != nil {
+			return nil, errorf("registering featureplug_device_health: %v", err)
+		}
+	}
 	return t, nil
 }
 

@@ -52,7 +52,7 @@ type GPUSource interface {
 // policy: the one device health tracker (health.Tracker).
 type HealthRecorder interface {
 	Record(ev discovery.HealthEvent)
-	SetPolicy(over *discovery.HealthPolicy)
+	SetPlan(p *plan.Plan)
 	NVMLFailing(gpus []string, err error)
 	NVMLAnswers()
 	NVMLFailure() (time.Time, error)
@@ -403,7 +403,7 @@ func (a *Agent) startupEvidence() {
 	if a.ruleSet != nil {
 		// The node's policy decides the evidence too.
 		if p, err := a.planFor(a.ruleSet); err == nil {
-			a.health.SetPolicy(p.Health)
+			a.health.SetPlan(p)
 		}
 	}
 	w := discovery.NewHealthWatcher(lib, a.watcherOptions())
