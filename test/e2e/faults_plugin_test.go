@@ -420,10 +420,10 @@ func TestFault11MetricsBounded(t *testing.T) {
 			t.Errorf("/metrics has no %q", want)
 		}
 	}
-	// XIDs outside the known table, as a driver newer than featureplug
+	// XIDs outside NVIDIA's catalog, as a driver newer than featureplug
 	// reports them: counted under "other".
 	a.injectXID(t, 1, 79)
-	a.injectXID(t, 1, 1)
+	a.injectXID(t, 1, 999)
 	a.injectXID(t, 1, 65535)
 	a.waitMetric(t, "featureplug_plugin_health_events_total", func(v float64) bool { return v == 3 })
 	_, body, err = a.get("/metrics")
