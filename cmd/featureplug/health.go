@@ -71,7 +71,7 @@ func fetchHealth(ctx context.Context, agent string) (*health.Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the agent's device health at %s (is featureplug run serving --metrics-addr there?): %w", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHealthReport))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", url, err)

@@ -27,7 +27,7 @@ func TestFaultHandlerHooks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		var b strings.Builder
 		buf := make([]byte, 512)
 		for {

@@ -30,7 +30,7 @@ func (a *agent) fault(t *testing.T, path, body string) {
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusNoContent {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("POST %s: %s: %s", path, resp.Status, b)
