@@ -158,7 +158,7 @@ func writeDecision(b *strings.Builder, p *plan.Plan, d plan.Decision, opts Expla
 		writeVFIODecision(b, p, &d) // vfio_explain.go
 		switch {
 		case opts.DRA != nil && d.Kind == plan.DeviceVFIO:
-			fmt.Fprintf(b, "  serve     %s, no DRA class (VFIO devices are not in ResourceSlices)\n", opts.serveText(d.Serve))
+			fmt.Fprintf(b, "  serve     %s, no DRA class (VFIO devices are served through device plugins only)\n", plan.ServeDevicePlugin)
 		case opts.DRA != nil:
 			class := "none"
 			if c := opts.DRA[d.Resource]; c.Name != "" {

@@ -124,7 +124,7 @@ func (pl *planner) claimVFIO(r *rule, t *target, name, desc string) (string, *Er
 		return "", nil
 	}
 	c.devices = append(c.devices, claimed{mig: -1, rule: r, Device: plan.Device{
-		ID: d.PCIAddress, Kind: plan.DeviceVFIO, GPUIndex: -1, NUMANode: d.NUMANode, Rule: r.name,
+		ID: d.PCIAddress, Kind: plan.DeviceVFIO, GPUUUID: d.PCIAddress, GPUIndex: -1, NUMANode: d.NUMANode, Rule: r.name,
 		VFIO: &plan.VFIODevice{
 			PCIAddress: d.PCIAddress, IOMMUGroup: d.IOMMUGroup, DevicePaths: d.DevicePaths(),
 			GroupDevices: len(d.GroupMembers) + 1, Driver: d.Driver, VendorID: d.VendorID, DeviceID: d.DeviceID,

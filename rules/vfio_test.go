@@ -57,13 +57,13 @@ func TestPlanVFIO(t *testing.T) {
 		t.Fatalf("Resources = %+v, want nvidia.com/gpu alone", p.Resources)
 	}
 	want := []plan.Resource{{Name: "nvidia.com/AD102GL_L40S", Sharing: plan.Sharing{Strategy: plan.SharingNone, Replicas: 1}, Devices: []plan.Device{
-		{ID: "0000:0a:00.0", Kind: plan.DeviceVFIO, GPUIndex: -1, NUMANode: 0, Rule: "vms", VFIO: &plan.VFIODevice{
+		{ID: "0000:0a:00.0", Kind: plan.DeviceVFIO, GPUUUID: "0000:0a:00.0", GPUIndex: -1, NUMANode: 0, Rule: "vms", VFIO: &plan.VFIODevice{
 			PCIAddress: "0000:0a:00.0", IOMMUGroup: 36, GroupDevices: 1, Driver: "vfio-pci", VendorID: "10de", DeviceID: "26b9",
 			DevicePaths: []string{"/dev/vfio/vfio", "/dev/vfio/36", "/dev/iommu", "/dev/vfio/devices/vfio2"}}},
-		{ID: "0000:47:00.0", Kind: plan.DeviceVFIO, GPUIndex: -1, NUMANode: 0, Rule: "vms", VFIO: &plan.VFIODevice{
+		{ID: "0000:47:00.0", Kind: plan.DeviceVFIO, GPUUUID: "0000:47:00.0", GPUIndex: -1, NUMANode: 0, Rule: "vms", VFIO: &plan.VFIODevice{
 			PCIAddress: "0000:47:00.0", IOMMUGroup: 34, GroupDevices: 2, Driver: "vfio-pci", VendorID: "10de", DeviceID: "26b9",
 			DevicePaths: []string{"/dev/vfio/vfio", "/dev/vfio/34"}}},
-		{ID: "0000:57:00.0", Kind: plan.DeviceVFIO, GPUIndex: -1, NUMANode: 1, Rule: "vms", VFIO: &plan.VFIODevice{
+		{ID: "0000:57:00.0", Kind: plan.DeviceVFIO, GPUUUID: "0000:57:00.0", GPUIndex: -1, NUMANode: 1, Rule: "vms", VFIO: &plan.VFIODevice{
 			PCIAddress: "0000:57:00.0", IOMMUGroup: 35, GroupDevices: 1, Driver: "", VendorID: "10de", DeviceID: "26b9",
 			DevicePaths: []string{"/dev/vfio/vfio", "/dev/vfio/35"}}},
 	}}}
@@ -147,6 +147,20 @@ func TestVFIOCannotBeShared(t *testing.T) {
 	}
 	if _, err := Parse("r.yaml", []byte(header+"- name: vm\n  devices: vfio\n  resource: example.com/vm\n  sharing: {strategy: none}\n")); err != nil {
 		t.Errorf("sharing none: %v", err)
+	}
+}
+
+// TestVFIOServedThroughDevicePlugins checks that serve: dra on a devices:
+// vfio rule is a load error naming the field, and serve: device-plugin is
+// taken.
+func TestVFIOServedThroughDevicePlugins(t *testing.T) {
+	_, err := Parse("r.yaml", []byte(header+"- name: vm\n  devices: vfio\n  resource: example.com/vm\n  serve: dra\n"))
+	want := `r.yaml:7: rules[0] "vm": serve: GPUs bound to vfio-pci are served through device plugins only (KubeVirt's permittedHostDevices); remove serve or say "device-plugin" (have "dra")`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("serve: dra: %v, want %q", err, want)
+	}
+	if _, err := Parse("r.yaml", []byte(header+"- name: vm\n  devices: vfio\n  resource: example.com/vm\n  serve: device-plugin\n")); err != nil {
+		t.Errorf("serve: device-plugin: %v", err)
 	}
 }
 

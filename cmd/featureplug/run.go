@@ -68,6 +68,7 @@ type runFlags struct {
 	replicaPolicy      string
 	healthRecovery     time.Duration
 	healthEvidence     time.Duration
+	vfioHealthInterval time.Duration
 	ignoredXIDs        []uint
 	mpsRoot            string
 	mpsControl         string
@@ -149,6 +150,7 @@ the command line wins.`,
 	fs.StringVar(&f.replicaPolicy, "replica-policy", string(deviceplugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
 	fs.DurationVar(&f.healthRecovery, "health-recovery", health.DefaultRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
 	fs.DurationVar(&f.healthEvidence, "health-evidence-interval", discovery.DefaultEvidenceInterval, "how often NVML's failure and reset evidence (pending retired pages and row remappings, recovery actions, NVLink states) is read again; a reset is seen within it")
+	fs.DurationVar(&f.vfioHealthInterval, "vfio-health-interval", health.DefaultVFIOProbeInterval, "how often the binding of the GPUs passed through to VMs is read from sysfs: one that leaves vfio-pci is Unhealthy within this period")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", nil, "XIDs that never mark a device unhealthy, on top of those NVIDIA's XID catalog resolves by restarting the application or with no action (docs/reliability.md)")
 	fs.StringVar(&f.mpsRoot, "mps-root", deviceplugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
@@ -383,6 +385,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		FileSettle:        f.fileSettle,
 		NoInotify:         os.Getenv(noInotifyEnv) == "1",
 		HealthRecovery:    f.healthRecovery,
+		VFIOProbeInterval: f.vfioHealthInterval,
 		StateDir:          prepareStateDir(f.stateDir, log),
 		LivenessTimeout:   f.livenessTimeout,
 		MetricsAddr:       f.metricsAddr,

@@ -64,6 +64,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"run", "--fake-node", "dgx-h100", "--publish", "none", "--log-level", "loud"}, `--log-level: "loud"`},
 		{[]string{"run", "--fake-node", "dgx-h100", "--publish", "nodefeature", "--metrics-addr", ""}, "--publish nodefeature needs an API server"},
 		{[]string{"run", "--fake-node", "dgx-h100", "--publish", "none", "--device-id-strategy", "serial", "--metrics-addr", ""}, "serial"},
+		{[]string{"run", "--fake-node", "l40s-vfio", "--publish", "none", "--vfio-health-interval", "-1s", "--metrics-addr", ""}, "--vfio-health-interval: -1s is negative"},
 	}
 	for _, tt := range tests {
 		_, err := execute(t, tt.args...)

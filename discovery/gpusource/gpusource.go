@@ -64,6 +64,9 @@ func (s *Real) Discover() (*discovery.Inventory, nvml.Interface, error) {
 // Close releases NVML.
 func (s *Real) Close() { s.closeFn() }
 
+// SysfsRoot returns the root under which sysfs and /dev are read.
+func (s *Real) SysfsRoot() string { return s.sysfsRoot }
+
 // NVML returns the library (for NVIDIA's CDI generator).
 func (s *Real) NVML() nvml.Interface { return s.lib }
 

@@ -134,6 +134,9 @@ func (ds *deviceSet) allocate(ids []string, o *Options, bad []bool) (*pluginapi.
 	if err != nil {
 		return nil, err
 	}
+	if ds.vfio {
+		return ds.vfioResponse(a), nil
+	}
 	names := make([]string, len(a.phys))
 	for i, p := range a.phys {
 		d := &ds.physical[p]

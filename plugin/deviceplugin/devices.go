@@ -38,6 +38,8 @@ type deviceSet struct {
 	numa []int
 	// numaCount is the number of distinct NUMA values in numa.
 	numaCount int
+	// vfio is set for GPUs passed through to virtual machines (vfio.go).
+	vfio bool
 }
 
 // logicalDevice is one device ID advertised to the kubelet.
@@ -84,6 +86,7 @@ func newDeviceSet(r plan.Resource, links discovery.LinkMatrix) *deviceSet {
 		links:    links,
 		replicas: r.Sharing.DeviceReplicas(),
 		physical: r.Devices,
+		vfio:     isVFIO(&r),
 	}
 	n := len(r.Devices)
 	ds.logical = make([]logicalDevice, 0, n*ds.replicas)
@@ -134,7 +137,7 @@ func equalResource(a, b plan.Resource) bool {
 	if a.Name != b.Name || !a.Sharing.Equal(b.Sharing) {
 		return false
 	}
-	return slices.Equal(a.Devices, b.Devices)
+	return slices.EqualFunc(a.Devices, b.Devices, equalDevice)
 }
 
 // equalLinks compares two link matrices.

@@ -143,6 +143,7 @@ func validatePlan(p *plan.Plan) error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, validateVFIOResources(p)...)
 	// The caps on replicas and device IDs, by the same code as the planner
 	// and `rules check`: a plan made some other way is refused too.
 	if err := plan.ValidatePlan(p); err != nil {
@@ -157,8 +158,9 @@ func validatePlan(p *plan.Plan) error {
 // applyLocked brings the servers in line with m.plan. It keeps going past a
 // resource that fails to start and returns the failures.
 func (m *Manager) applyLocked() error {
-	want := make(map[string]bool, len(m.plan.Resources))
-	for _, r := range m.plan.Resources {
+	resources := servedResources(m.plan)
+	want := make(map[string]bool, len(resources))
+	for _, r := range resources {
 		want[r.Name] = true
 	}
 	for name, s := range m.servers {
@@ -171,7 +173,7 @@ func (m *Manager) applyLocked() error {
 	}
 	health := m.health.Func()
 	var errs []error
-	for _, r := range m.plan.Resources {
+	for _, r := range resources {
 		if s, ok := m.servers[r.Name]; ok {
 			if !s.current().set.sameAs(r, m.plan.Links) {
 				s.setDevices(newDeviceSet(r, m.plan.Links), health)
@@ -225,7 +227,8 @@ func (m *Manager) Ready() bool {
 	if m.plan == nil || m.state != stateRunning {
 		return false
 	}
-	if len(m.plan.Resources) == 0 {
+	resources := servedResources(m.plan)
+	if len(resources) == 0 {
 		return true
 	}
 	// Registered with the kubelet that owns kubelet.sock now: one that
@@ -235,7 +238,7 @@ func (m *Manager) Ready() bool {
 	if !ok {
 		return false
 	}
-	for _, r := range m.plan.Resources {
+	for _, r := range resources {
 		if s := m.servers[r.Name]; s == nil || !s.registeredWith(kubelet) {
 			return false
 		}
@@ -458,7 +461,7 @@ func (m *Manager) removeStaleSocketsLocked() {
 	}
 	keep := map[string]bool{}
 	if m.plan != nil {
-		for _, r := range m.plan.Resources {
+		for _, r := range servedResources(m.plan) {
 			if p, err := m.socketPath(r.Name); err == nil {
 				keep[p] = true
 			}
@@ -486,7 +489,7 @@ func (m *Manager) resync() {
 		return
 	}
 	m.restartMissingLocked()
-	if m.plan != nil && len(m.servers) != len(m.plan.Resources) && m.dirSeen != (fswatch.ID{}) {
+	if m.plan != nil && len(m.servers) != len(servedResources(m.plan)) && m.dirSeen != (fswatch.ID{}) {
 		if err := m.applyLocked(); err != nil {
 			m.opts.Logger.Error("starting device plugins", "err", err)
 		}

@@ -38,7 +38,7 @@ func (s *Sink) Check(_ *discovery.Inventory, p *plan.Plan) error {
 		return err
 	}
 	var errs []error
-	for _, r := range own.Resources {
+	for _, r := range servedResources(own) {
 		if _, err := s.m.socketPath(r.Name); err != nil {
 			errs = append(errs, fmt.Errorf("resource %s: %w", r.Name, err))
 		}

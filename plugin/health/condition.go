@@ -1,129 +1,134 @@
 package health
 
 import (
+	"maps"
 	"slices"
 	"time"
+
+	"github.com/featureplug/featureplug/discovery"
 )
 
-// SourceNVML is the condition source of NVML failures (NVMLFailing).
-const SourceNVML = "nvml"
+// Conditions are the other half of the tracker's record: states that hold a
+// device Unhealthy for as long as a probe finds them (a GPU passed through
+// to VMs that left vfio-pci), rather than events that hold it for a quiet
+// period. A probe sets all of its conditions at once at every look, so a
+// device is Healthy again at the first look that finds it well. They are
+// not written to the state file: the probe looks again at start, before
+// the first plan is served.
 
-// Condition is a live state a health source checks itself, such as NVML
-// failing or a VFIO device unbound: its devices are Unhealthy while it
-// lasts and Healthy again when the source clears it. Unlike holds, a
-// condition is not kept in the state file: the source finds it again
-// after a restart.
+// Condition is why a probe holds a device Unhealthy now.
 type Condition struct {
-	// Source names who set the condition ("nvml"); one condition per
-	// source, the latest wins.
-	Source string
-	// Keys are the devices: GPU UUIDs (with their MIG devices), MIG UUIDs
-	// or plan device IDs.
-	Keys []string
-	// Reason is a short, bounded label ("nvml-unavailable").
+	// Kind says what the probe found (discovery.EventVFIOUnbound, ...).
+	Kind discovery.HealthEventKind
+	// Reason says it for people: "bound to nvidia, not vfio-pci".
 	Reason string
-	// Message says in one line what is wrong.
-	Message string
-	// WaitsFor says in a few words what ends it ("NVML answering again").
-	WaitsFor string
+	// Since is when the condition of its kind began on the device; set by
+	// SetConditions.
+	Since time.Time
 }
 
-// condition is a Condition as the tracker keeps it.
-type condition struct {
-	keys     map[string]bool
-	reason   string
-	message  string
-	waitsFor string
-	since    time.Time
-}
-
-// SetCondition holds c.Keys Unhealthy until the source clears it
-// (ClearCondition, or a SetCondition without keys); a condition of the
-// same source is replaced, keeping its start when its reason stays.
-func (t *Tracker) SetCondition(c Condition) {
-	if len(c.Keys) == 0 {
-		t.ClearCondition(c.Source)
-		return
+// waitsFor says in a few words what ends the condition.
+func (c Condition) waitsFor() string {
+	if c.Kind == KindNVMLUnavailable {
+		return "NVML answering again"
 	}
+	return "the probe finding the device well again"
+}
+
+// SetConditions replaces the conditions of source (the probe's name) with
+// conds, keyed by device (a GPU UUID, or a VFIO device's PCI address: the
+// plan device's GPUUUID). Subscribers are told when the set of unhealthy
+// devices or their kinds changed; a change of a reason alone is logged
+// only. Empty conds clears the source.
+func (t *Tracker) SetConditions(source string, conds map[string]Condition) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return
 	}
-	before := t.unhealthySetLocked()
-	prev := t.conds[c.Source]
-	next := &condition{keys: map[string]bool{}, reason: c.Reason, message: c.Message, waitsFor: c.WaitsFor, since: t.opts.Clock.Now()}
-	if prev != nil && prev.reason == c.Reason {
-		next.since = prev.since
+	old := t.conds[source]
+	now := t.opts.Clock.Now()
+	stamped := make(map[string]Condition, len(conds))
+	for k, c := range conds {
+		c.Since = now
+		if o, ok := old[k]; ok && o.Kind == c.Kind {
+			c.Since = o.Since
+		}
+		stamped[k] = c
 	}
-	for _, k := range c.Keys {
-		next.keys[k] = true
+	conds = stamped
+	changed := len(old) != len(conds)
+	for k, c := range conds {
+		if o, ok := old[k]; !ok || o.Kind != c.Kind {
+			changed = true
+		}
 	}
-	t.conds[c.Source] = next
-	changed := !slices.Equal(before, t.unhealthySetLocked()) || prev == nil || prev.message != c.Message
+	var turned, recovered []string
+	for k, c := range conds {
+		if o, ok := old[k]; !ok || o.Kind != c.Kind || o.Reason != c.Reason {
+			turned = append(turned, k+": "+c.Reason)
+		}
+	}
+	for k := range old {
+		if _, ok := conds[k]; !ok {
+			recovered = append(recovered, k)
+		}
+	}
+	if len(conds) == 0 {
+		delete(t.conds, source)
+	} else {
+		t.conds[source] = maps.Clone(conds)
+	}
+	if changed {
+		t.countConditionsLocked()
+	}
 	t.mu.Unlock()
+	if len(turned) > 0 {
+		t.log.Warn("devices Unhealthy while a condition lasts", "source", source, "devices", turned)
+	}
+	if len(recovered) > 0 {
+		t.log.Info("devices Healthy again: their condition ended", "source", source, "devices", recovered)
+	}
 	if changed {
 		t.notify()
 	}
 }
 
-// ClearCondition ends the condition of source; its devices are Healthy
-// again unless a hold or another condition keeps them.
-func (t *Tracker) ClearCondition(source string) {
-	t.mu.Lock()
-	_, had := t.conds[source]
-	delete(t.conds, source)
-	t.mu.Unlock()
-	if had {
-		t.notify()
+// conditionsLocked returns the devices some condition holds now, with the
+// condition (the first source's, by name, when two hold one). t.mu is
+// held.
+func (t *Tracker) conditionsLocked() map[string]Condition {
+	if len(t.conds) == 0 {
+		return nil
 	}
+	out := map[string]Condition{}
+	for _, src := range slices.Sorted(maps.Keys(t.conds)) {
+		for k, c := range t.conds[src] {
+			if _, ok := out[k]; !ok {
+				out[k] = c
+			}
+		}
+	}
+	return out
 }
 
-// NVMLFailing records that NVML fails (every call answers an error, the
-// driver is gone): with the policy's fenceOnNVMLFailure (the default),
-// every device of gpus is Unhealthy until NVMLAnswers, so that a node
-// whose GPUs nobody can check does not keep advertising them. err says
-// why, in the devices' messages and NVMLFailure.
-func (t *Tracker) NVMLFailing(gpus []string, err error) {
-	t.mu.Lock()
-	if t.nvmlErr == nil {
-		t.nvmlSince = t.opts.Clock.Now()
-	}
-	t.nvmlErr = err
-	t.nvmlGPUs = slices.Clone(gpus)
-	t.mu.Unlock()
-	t.applyNVMLFence()
-}
+// vfioKinds are the condition kinds the VFIO probe sets, whose series the
+// conditions gauge has from the start.
+var vfioKinds = []discovery.HealthEventKind{discovery.EventVFIOUnbound, discovery.EventVFIOGone, discovery.EventVFIONoGroupNode}
 
-// NVMLAnswers records that NVML answers again: the NVMLFailing fence ends.
-func (t *Tracker) NVMLAnswers() {
-	t.mu.Lock()
-	was := t.nvmlErr != nil
-	t.nvmlErr, t.nvmlGPUs = nil, nil
-	t.mu.Unlock()
-	if was {
-		t.ClearCondition(SourceNVML)
+// countConditionsLocked sets the conditions gauge: the VFIO kinds always
+// have their series (0 when no device has them), another kind while a
+// device has it. t.mu is held.
+func (t *Tracker) countConditionsLocked() {
+	n := map[discovery.HealthEventKind]int{}
+	for _, k := range vfioKinds {
+		n[k] = 0
 	}
-}
-
-// NVMLFailure returns since when and why NVML fails; a nil error while
-// it answers.
-func (t *Tracker) NVMLFailure() (time.Time, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.nvmlSince, t.nvmlErr
-}
-
-// applyNVMLFence sets or clears the NVML condition as NVML's state and the
-// policy's fenceOnNVMLFailure say.
-func (t *Tracker) applyNVMLFence() {
-	t.mu.Lock()
-	err, gpus, fence := t.nvmlErr, t.nvmlGPUs, t.policy.Fences()
-	t.mu.Unlock()
-	if err == nil || !fence {
-		t.ClearCondition(SourceNVML)
-		return
+	for _, c := range t.conditionsLocked() {
+		n[c.Kind]++
 	}
-	t.SetCondition(Condition{Source: SourceNVML, Keys: gpus, Reason: ReasonNVMLUnavailable,
-		Message: "NVML fails (" + err.Error() + ")", WaitsFor: "NVML answering again"})
+	t.metrics.conditions.Reset()
+	for k, v := range n {
+		t.metrics.conditions.WithLabelValues(string(k)).Set(float64(v))
+	}
 }

@@ -161,13 +161,10 @@ func Reason(kind discovery.HealthEventKind, xid uint64) string {
 	return kindLabel(kind)
 }
 
-// ReasonNVMLUnavailable is the reason of the devices of GPUs NVML cannot
-// reach (see Tracker.NVMLFailing).
-const ReasonNVMLUnavailable = "nvml-unavailable"
-
 // describe is the one-line message of a device's holds and condition:
-// the strongest hold's decision and what ends each hold.
-func describe(r *record, cond *condition) string {
+// the strongest hold's decision and what ends each hold, and what the
+// condition found.
+func describe(r *record, cond *Condition) string {
 	var parts []string
 	if r != nil {
 		for _, h := range r.Holds {
@@ -175,7 +172,7 @@ func describe(r *record, cond *condition) string {
 		}
 	}
 	if cond != nil {
-		parts = append(parts, cond.message+": waits for "+cond.waitsFor)
+		parts = append(parts, cond.Reason+": waits for "+cond.waitsFor())
 	}
 	return strings.Join(parts, "; and ")
 }

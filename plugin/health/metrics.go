@@ -16,9 +16,10 @@ import (
 // those of the device-plugin era (featureplug_plugin_*), which dashboards
 // use.
 type metrics struct {
-	events  *prometheus.CounterVec
-	writes  *prometheus.CounterVec
-	records prometheus.Gauge
+	events     *prometheus.CounterVec
+	writes     *prometheus.CounterVec
+	records    prometheus.Gauge
+	conditions *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,15 +34,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		records: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "featureplug", Subsystem: "plugin", Name: "unhealthy_records",
-			Help: "Devices (GPUs or MIG devices) held Unhealthy now, by health events (or the state file) or by a condition such as NVML failing.",
+			Help: "Devices (GPUs or MIG devices) held Unhealthy now by health events (or the state file); conditions are featureplug_plugin_unhealthy_conditions.",
 		}),
+		conditions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "featureplug", Subsystem: "plugin", Name: "unhealthy_conditions",
+			Help: "Devices held Unhealthy now by a condition a probe found, by kind (vfio-unbound, vfio-gone, vfio-no-group-node: GPUs passed through to VMs; nvml-unavailable: NVML failing as a whole).",
+		}, []string{"kind"}),
+	}
+	for _, k := range vfioKinds {
+		m.conditions.WithLabelValues(string(k))
 	}
 	m.writes.WithLabelValues("ok")
 	m.writes.WithLabelValues("error")
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.events, m.writes, m.records} {
+	for _, c := range []prometheus.Collector{m.events, m.writes, m.records, m.conditions} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if errors.As(err, &already) {
@@ -91,7 +99,8 @@ func kindLabel(k discovery.HealthEventKind) string {
 	return "other"
 }
 
-// updateGaugeLocked sets the unhealthy-records gauge. t.mu is held.
+// updateGaugeLocked sets the unhealthy-records gauge (devices with holds;
+// conditions have their own gauge). t.mu is held.
 func (t *Tracker) updateGaugeLocked() {
-	t.metrics.records.Set(float64(len(t.unhealthySetLocked())))
+	t.metrics.records.Set(float64(len(t.recs)))
 }

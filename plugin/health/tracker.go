@@ -12,7 +12,8 @@
 // (until-reset, ended by discovery.EventResetCleared), or a new boot ID
 // (until-reboot). A hold is on a whole GPU with its MIG devices and
 // replicas, or on a single MIG device with its replicas. Besides holds, a
-// condition that a source checks itself (NVML failing) keeps devices
+// condition a source finds (SetConditions: a GPU passed through to VMs
+// that left vfio-pci; NVMLFailing: NVML failing as a whole) keeps devices
 // Unhealthy while it lasts.
 //
 // With a state directory, the holds are kept in its statedir.HealthFile,
@@ -134,12 +135,14 @@ type Tracker struct {
 	// writeMu serializes state-file writes; it is taken before mu.
 	writeMu sync.Mutex
 
-	mu          sync.Mutex
-	policy      discovery.HealthPolicy
-	recs        map[string]*record
-	timers      map[string]clock.Timer
-	conds       map[string]*condition
-	served      []servedDevice // the plan's devices (SetPlan)
+	mu     sync.Mutex
+	policy discovery.HealthPolicy
+	recs   map[string]*record
+	conds  map[string]map[string]Condition // by source, then device (condition.go)
+	timers map[string]clock.Timer
+	served []servedDevice // the plan's devices (SetPlan)
+	// nvmlErr is why NVML fails as a whole (nvml.go), nil while it
+	// answers; nvmlSince when it began, nvmlGPUs the GPUs it fences.
 	nvmlErr     error
 	nvmlSince   time.Time
 	nvmlGPUs    []string
@@ -184,8 +187,8 @@ func New(opts Options) (*Tracker, error) {
 		store:   newStore(opts.StateDir),
 		events:  newEventLog(opts.Clock, logInterval, opts.Logger),
 		recs:    map[string]*record{},
+		conds:   map[string]map[string]Condition{},
 		timers:  map[string]clock.Timer{},
-		conds:   map[string]*condition{},
 		retry:   opts.RetryBackoff,
 	}
 	t.restore()
@@ -390,13 +393,8 @@ func (t *Tracker) unhealthyLocked() []Device {
 // deviceLocked describes key's holds and conditions. t.mu is held.
 func (t *Tracker) deviceLocked(key string) Device {
 	d := Device{Key: key, GPUUUID: key}
-	var cond *condition
-	for _, src := range slices.Sorted(maps.Keys(t.conds)) {
-		if c := t.conds[src]; c.keys[key] {
-			cond = c
-			break
-		}
-	}
+	cond, held := t.conditionsLocked()[key]
+	condSince := cond.Since
 	r := t.recs[key]
 	switch {
 	case r != nil:
@@ -409,17 +407,23 @@ func (t *Tracker) deviceLocked(key string) Device {
 				d.Since = o.Since
 			}
 		}
-		if cond != nil {
+		if held {
 			d.Until = time.Time{}
-			d.WaitsFor += "; and " + cond.waitsFor
+			d.WaitsFor += "; and " + cond.waitsFor()
 		}
-	case cond != nil:
-		d.Reason, d.Since, d.WaitsFor = cond.reason, cond.since, cond.waitsFor
+	case held:
+		// A condition's kind is one of a fixed set (the VFIO probe's,
+		// KindNVMLUnavailable): a bounded reason as it is.
+		d.Kind, d.Reason, d.Since, d.WaitsFor = cond.Kind, string(cond.Kind), condSince, cond.waitsFor()
 	}
-	if cond != nil && cond.since.Before(d.Since) {
-		d.Since = cond.since
+	if held && !condSince.IsZero() && condSince.Before(d.Since) {
+		d.Since = condSince
 	}
-	d.Message = describe(r, cond)
+	var c *Condition
+	if held {
+		c = &cond
+	}
+	d.Message = describe(r, c)
 	return d
 }
 
@@ -430,17 +434,15 @@ func (t *Tracker) unhealthySetLocked() []string {
 	for k := range t.recs {
 		set[k] = true
 	}
-	for _, c := range t.conds {
-		for k := range c.keys {
-			set[k] = true
-		}
+	for k := range t.conditionsLocked() {
+		set[k] = true
 	}
 	return slices.Sorted(maps.Keys(set))
 }
 
 // Func returns a check of the health of plan devices as it is now: true
-// for a device held Unhealthy (its GPU, or it as a MIG device). It is nil
-// while every device is healthy.
+// for a device held Unhealthy (its GPU, or it as a MIG device; a VFIO
+// device by its PCI address). It is nil while every device is healthy.
 func (t *Tracker) Func() func(d *plan.Device) bool {
 	t.mu.Lock()
 	keys := t.unhealthySetLocked()

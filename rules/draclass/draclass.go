@@ -192,7 +192,7 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 	}
 	for i, v := range c.views {
 		if v.Devices == plan.DeviceVFIO {
-			continue // VFIO devices are not in ResourceSlices (yet): no class
+			continue // VFIO devices are served through device plugins only: no class
 		}
 		if !v.Template {
 			note(v.Resource)

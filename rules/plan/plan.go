@@ -142,11 +142,14 @@ type Resource struct {
 
 // Device is one physical or MIG device claimed by a resource.
 type Device struct {
-	// ID is the device ID advertised to the kubelet: the GPU or MIG UUID.
+	// ID is the device ID advertised to the kubelet: the GPU or MIG UUID;
+	// a VFIO device's PCI address.
 	ID string `json:"id"`
-	// Kind is gpu or mig.
+	// Kind is gpu, mig or vfio.
 	Kind DeviceKind `json:"kind"`
-	// GPUUUID is the physical GPU whose health affects the device.
+	// GPUUUID is the physical GPU whose health affects the device: its
+	// UUID, or a VFIO device's PCI address (NVML, which gives UUIDs, does
+	// not see it), the key of its health events.
 	GPUUUID string `json:"gpuUUID"`
 	// GPUIndex is the index of that physical GPU (for the link matrix).
 	GPUIndex int `json:"gpuIndex"`

@@ -17,28 +17,43 @@ const (
 
 // WithServeDefault returns p with the API of every resource whose rules
 // did not choose one set to def: the one place the agent's default
-// (--serve) is applied, so that every sink reads Resource.Serve. It
-// returns p itself when every resource has its API already (nil for nil).
+// (--serve) is applied, so that every sink reads Resource.Serve. The VFIO
+// resources, served through device plugins only, get ServeDevicePlugin
+// whatever def is. It returns p itself when every resource has its API
+// already (nil for nil).
 func (p *Plan) WithServeDefault(def Serve) *Plan {
 	if p == nil {
 		return nil
 	}
 	missing := false
-	for i := range p.Resources {
-		missing = missing || p.Resources[i].Serve == ""
+	for _, list := range [][]Resource{p.Resources, p.VFIO} {
+		for i := range list {
+			missing = missing || list[i].Serve == ""
+		}
 	}
 	if !missing {
 		return p
 	}
 	out := *p
-	out.Resources = make([]Resource, len(p.Resources))
-	for i, r := range p.Resources {
+	out.Resources = withServe(p.Resources, def)
+	out.VFIO = withServe(p.VFIO, ServeDevicePlugin)
+	return &out
+}
+
+// withServe returns a copy of list with def as the API of the resources
+// that have none (nil for nil).
+func withServe(list []Resource, def Serve) []Resource {
+	if list == nil {
+		return nil
+	}
+	out := make([]Resource, len(list))
+	for i, r := range list {
 		if r.Serve == "" {
 			r.Serve = def
 		}
-		out.Resources[i] = r
+		out[i] = r
 	}
-	return &out
+	return out
 }
 
 // ServedBy returns the API the resource is served through, given the
@@ -53,41 +68,58 @@ func (r *Resource) ServedBy(def Serve) Serve {
 
 // ServedThrough returns the part of p served through api, given the
 // agent's default def for resources whose rules did not choose (none left
-// in a plan WithServeDefault made): p without the other API's resources,
-// or p itself when it has none (nil for nil).
+// in a plan WithServeDefault made; the VFIO resources' default is always
+// ServeDevicePlugin): p without the other API's resources, or p itself
+// when it has none (nil for nil).
 func (p *Plan) ServedThrough(api, def Serve) *Plan {
-	return p.filter(func(r *Resource) bool { return r.ServedBy(def) == api })
+	return p.filter(func(r *Resource) bool { return r.ServedBy(def) == api },
+		func(r *Resource) bool { return r.ServedBy(ServeDevicePlugin) == api })
 }
 
 // Serving returns the part of p that api serves now: its resources of
-// that API that are not held back.
+// that API that are not held back, the VFIO resources of that API
+// among them (still apart, in Plan.VFIO).
 func (p *Plan) Serving(api Serve) *Plan {
-	return p.filter(func(r *Resource) bool { return r.Serve == api && r.Held == "" })
+	keep := func(r *Resource) bool { return r.Serve == api && r.Held == "" }
+	return p.filter(keep, keep)
 }
 
-// filter returns p with only the resources keep takes, or p itself when
-// it takes them all (nil for nil).
-func (p *Plan) filter(keep func(*Resource) bool) *Plan {
+// filter returns p with only the resources keep takes and the VFIO
+// resources keepVFIO takes, or p itself when they take them all (nil for
+// nil).
+func (p *Plan) filter(keep, keepVFIO func(*Resource) bool) *Plan {
 	if p == nil {
 		return nil
 	}
-	n := 0
-	for i := range p.Resources {
-		if keep(&p.Resources[i]) {
-			n++
-		}
-	}
-	if n == len(p.Resources) {
+	resources, sameR := filterResources(p.Resources, keep)
+	vfio, sameV := filterResources(p.VFIO, keepVFIO)
+	if sameR && sameV {
 		return p
 	}
 	out := *p
-	out.Resources = make([]Resource, 0, n)
-	for i := range p.Resources {
-		if keep(&p.Resources[i]) {
-			out.Resources = append(out.Resources, p.Resources[i])
+	out.Resources, out.VFIO = resources, vfio
+	return &out
+}
+
+// filterResources returns the resources of list keep takes, and whether
+// that is all of them (list itself is returned then).
+func filterResources(list []Resource, keep func(*Resource) bool) ([]Resource, bool) {
+	n := 0
+	for i := range list {
+		if keep(&list[i]) {
+			n++
 		}
 	}
-	return &out
+	if n == len(list) {
+		return list, true
+	}
+	out := make([]Resource, 0, n)
+	for i := range list {
+		if keep(&list[i]) {
+			out = append(out, list[i])
+		}
+	}
+	return out, false
 }
 
 // WithHeld returns p with the resources named in held (resource name ->

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -100,5 +101,40 @@ func TestDrainsNode(t *testing.T) {
 		if got := DrainsNode(tt.last, tt.next); got != tt.want {
 			t.Errorf("%s: DrainsNode = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestServedThroughVFIO: the VFIO resources are served through device
+// plugins whatever the agent's default, still apart in Plan.VFIO, and a
+// plan that serves one through DRA is refused.
+func TestServedThroughVFIO(t *testing.T) {
+	p := &Plan{
+		Resources: []Resource{{Name: "nvidia.com/gpu"}},
+		VFIO:      []Resource{{Name: "nvidia.com/AD102GL_L40S"}},
+	}
+	vfioNames := func(p *Plan) []string {
+		var out []string
+		for _, r := range p.VFIO {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	full := p.WithServeDefault(ServeDRA)
+	if full.Resources[0].Serve != ServeDRA || full.VFIO[0].Serve != ServeDevicePlugin || p.VFIO[0].Serve != "" {
+		t.Fatalf("WithServeDefault(dra): resources %+v, VFIO %+v (was %+v)", full.Resources, full.VFIO, p.VFIO)
+	}
+	for _, part := range []*Plan{full.Serving(ServeDevicePlugin), p.ServedThrough(ServeDevicePlugin, ServeDRA)} {
+		if got := vfioNames(part); !slices.Equal(got, []string{"nvidia.com/AD102GL_L40S"}) || len(part.Resources) != 0 {
+			t.Errorf("device-plugin part under --serve dra: resources %v, VFIO %v", names(part), got)
+		}
+	}
+	for _, part := range []*Plan{full.Serving(ServeDRA), p.ServedThrough(ServeDRA, ServeDRA)} {
+		if got := vfioNames(part); len(got) != 0 || !slices.Equal(names(part), []string{"nvidia.com/gpu"}) {
+			t.Errorf("DRA part: resources %v, VFIO %v", names(part), got)
+		}
+	}
+	bad := &Plan{VFIO: []Resource{{Name: "nvidia.com/AD102GL_L40S", Serve: ServeDRA}}}
+	if err := ValidatePlan(bad); err == nil || !strings.Contains(err.Error(), "vfio resource nvidia.com/AD102GL_L40S: serve dra: GPUs passed through to VMs are served through device plugins only") {
+		t.Errorf("ValidatePlan of a VFIO resource served through DRA: %v", err)
 	}
 }

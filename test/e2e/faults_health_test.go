@@ -62,7 +62,7 @@ func (e *pluginFaultEnv) holdsHealth(gpu int, want string, d time.Duration, why 
 	}
 }
 
-// TestFault25HealthPolicyClasses plays one event of each resolution class
+// TestFault26HealthPolicyClasses plays one event of each resolution class
 // of NVIDIA's XID catalog on the dgx-h100 fake node, with a quiet period of
 // 1 s and NVML's evidence read every 1 s, so that only what the catalog
 // names can end a hold: XID 94 (restart the application) is counted and
@@ -70,7 +70,7 @@ func (e *pluginFaultEnv) holdsHealth(gpu int, want string, d time.Duration, why 
 // for a reset stays Unhealthy past many quiet periods until the fake node
 // reports the reset; XID 79 (restart the node) stays Unhealthy through a
 // reset.
-func TestFault25HealthPolicyClasses(t *testing.T) {
+func TestFault26HealthPolicyClasses(t *testing.T) {
 	e := pluginFaultStart(t, "", "--health-recovery", "1s", "--health-evidence-interval", "1s")
 
 	e.agent.injectXID(t, 1, 94)
@@ -111,12 +111,12 @@ gpus:
 `, health)
 }
 
-// TestFault25ResetHoldSurvivesRestart: XID 48 on an L40S, then pages
+// TestFault26ResetHoldSurvivesRestart: XID 48 on an L40S, then pages
 // retired and pending (the fake node file edited, as NVML would report
 // after the driver retired them): the GPU stays Unhealthy past the quiet
 // period, is Unhealthy from the first device list of an agent restarted
 // with SIGKILL, and is Healthy once the evidence is gone (the GPU reset).
-func TestFault25ResetHoldSurvivesRestart(t *testing.T) {
+func TestFault26ResetHoldSurvivesRestart(t *testing.T) {
 	file := filepath.Join(shortTempDir(t), "node.yaml")
 	writeFileAtomic(t, file, l40sHealthNode(""))
 	state := filepath.Join(shortTempDir(t), "state")
@@ -146,11 +146,11 @@ func TestFault25ResetHoldSurvivesRestart(t *testing.T) {
 	}
 }
 
-// TestFault25PolicyPerNodePool: the same rules file on two nodes, one in
+// TestFault26PolicyPerNodePool: the same rules file on two nodes, one in
 // the inference pool, whose health entry makes XID 94 hold the GPU for the
 // quiet period: there XID 94 takes the GPU out; on the other node it is
 // counted and the GPU serves on.
-func TestFault25PolicyPerNodePool(t *testing.T) {
+func TestFault26PolicyPerNodePool(t *testing.T) {
 	rules := filepath.Join(build.root, "manifests/examples/rules/health-pools.yaml")
 	inference := pluginFaultStartOn(t, agentSpec{Node: "pool-inference", FakeNode: "dgx-h100", Rules: rules,
 		Extra: []string{"--node-labels", "example.com/pool=inference"}})
@@ -166,7 +166,7 @@ func TestFault25PolicyPerNodePool(t *testing.T) {
 	}
 }
 
-// TestFault26NVMLFailsMidRun: every NVML call of the fake node's library
+// TestFault27NVMLFailsMidRun: every NVML call of the fake node's library
 // answers ERROR_UNKNOWN (a driver unloaded or hung) while the agent serves
 // the kubelet's own device manager: allocatable drops to 0 at the next
 // re-discovery (--rediscover-interval 1s here, 30s by default), /readyz
@@ -174,10 +174,10 @@ func TestFault25PolicyPerNodePool(t *testing.T) {
 // NodeFeature carries featureplug.io/nvml-unavailable=true. When NVML
 // answers again every device is allocatable again, with the same IDs, and
 // the label is gone.
-func TestFault26NVMLFailsMidRun(t *testing.T) {
+func TestFault27NVMLFailsMidRun(t *testing.T) {
 	api := harness.StartAPIServer(t)
 	c := &cluster{api: api}
-	node := c.node(t, "fault26", nil)
+	node := c.node(t, "fault27", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitTimeout)
 	defer cancel()
 	if err := api.CreateNamespace(ctx, agentNamespace); err != nil {

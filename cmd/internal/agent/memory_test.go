@@ -16,11 +16,13 @@ import (
 func TestWaitStartupOver(t *testing.T) {
 	const period, maxWait = 50 * time.Millisecond, 30 * time.Second
 	// start runs waitStartupOver with a readiness that reports each check
-	// on the returned channel and answers isReady.
+	// on the returned channel and answers isReady. The answer is read
+	// before the check is reported, so a test that changes isReady after
+	// receiving a check changes the next answer, never this one.
 	start := func(ctx context.Context, clk *testingclock.FakeClock, isReady *atomic.Bool) (<-chan struct{}, <-chan bool) {
 		checked := make(chan struct{}, 1000)
 		done := make(chan bool, 1)
-		ready := func() bool { checked <- struct{}{}; return isReady.Load() }
+		ready := func() bool { r := isReady.Load(); checked <- struct{}{}; return r }
 		go func() { done <- waitStartupOver(ctx, clk, ready, period, maxWait) }()
 		return checked, done
 	}

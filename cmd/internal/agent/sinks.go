@@ -136,6 +136,9 @@ type Config struct {
 	// IgnoredXIDs are the policy's XIDs of effect none, under the rules
 	// file's health section.
 	Health discovery.HealthOptions
+	// VFIOProbeInterval is how often the health of the GPUs passed through
+	// to VMs is read from sysfs; zero means health.DefaultVFIOProbeInterval.
+	VFIOProbeInterval time.Duration
 	// HealthRecovery is the quiet period of until-quiet holds unless the
 	// rules file's health section says otherwise; 0 disables recovery.
 	HealthRecovery time.Duration
@@ -260,6 +263,9 @@ func checkConfig(cfg *Config) error {
 	if cfg.HealthRecovery < 0 {
 		return fmt.Errorf("--health-recovery: %v is negative (0 disables recovery)", cfg.HealthRecovery)
 	}
+	if cfg.VFIOProbeInterval < 0 {
+		return fmt.Errorf("--vfio-health-interval: %v is negative", cfg.VFIOProbeInterval)
+	}
 	return nil
 }
 
@@ -277,7 +283,9 @@ type builder struct {
 // buildSinks makes the agent's sinks in the order every plan is applied,
 // declared here once: the MPS daemons first (the gate that holds an MPS
 // resource back until its daemon is up), the CDI spec (a device is
-// advertised only once its CDI name resolves), the device plugins, DRA and
+// advertised only once its CDI name resolves), the VFIO health probe (the
+// first device list of a GPU passed through to VMs has its health), the
+// device plugins, DRA and
 // its kubelet-facing half, and publishing last (what is published is what
 // is served). With NoDevicePlugins only publishing runs. The device health
 // tracker and the file watcher are shared by the sinks that need them.
@@ -292,7 +300,7 @@ func (a *Agent) buildSinks() error {
 	}
 	a.health = b.tracker
 	a.runners = append(a.runners, namedRunner{"file watcher", a.watcher.Run}, namedRunner{"health tracker", closeOnDone(b.tracker.Close)})
-	steps := []func() (Sink, error){b.mpsSink, b.cdiSink, b.pluginSink, b.draSink, b.draNodeSink, b.publishSink}
+	steps := []func() (Sink, error){b.mpsSink, b.cdiSink, b.vfioProbeSink, b.pluginSink, b.draSink, b.draNodeSink, b.publishSink}
 	if a.cfg.NoDevicePlugins {
 		steps = steps[len(steps)-1:]
 	}
@@ -361,6 +369,16 @@ func (b *builder) mpsSink() (Sink, error) {
 	s, err := mps.NewSink(o)
 	b.mps = s
 	return s, err
+}
+
+// vfioProbeSink is the health probe of the GPUs passed through to VMs,
+// reading sysfs where discovery reads it (a fake node's tree).
+func (b *builder) vfioProbeSink() (Sink, error) {
+	root := "/"
+	if s, ok := b.a.cfg.Source.(interface{ SysfsRoot() string }); ok && s.SysfsRoot() != "" {
+		root = s.SysfsRoot()
+	}
+	return health.NewVFIOProbe(b.tracker, root, b.a.cfg.VFIOProbeInterval), nil
 }
 
 func (b *builder) pluginSink() (Sink, error) {
