@@ -85,6 +85,7 @@ type runFlags struct {
 	serve              string // the kubelet API of resources whose rules do not say
 	draRegistryDir     string // the kubelet's plugin registry directory (DRA registration socket)
 	draPluginDir       string // the DRA driver's socket directory
+	draRollingUpdate   bool   // DRA sockets named after POD_UID
 }
 
 func newRunCommand() *cobra.Command {
@@ -156,8 +157,9 @@ the command line wins.`,
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
 	fs.DurationVar(&f.mpsCheckInterval, "mps-check-interval", mps.DefaultCheckInterval, "period of the MPS control daemons' liveness check")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
-	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket "+dra.RegistrationSocketName+" goes")
-	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket "+dra.PluginSocketName+", which the kubelet calls to prepare claims")
+	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket goes ("+dra.DriverName+"-$"+podUIDEnv+"-reg.sock, or "+dra.RegistrationSocketName+" without --dra-rolling-update)")
+	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket (dra-$"+podUIDEnv+".sock, or "+dra.PluginSocketName+" without --dra-rolling-update), which the kubelet calls to prepare claims")
+	fs.BoolVar(&f.draRollingUpdate, "dra-rolling-update", true, "with $"+podUIDEnv+" set, name the DRA sockets after it, so that the agent of a DaemonSet update registers beside the old one and takes over its prepared claims without a gap (kubelet 1.33 or later; false keeps the fixed names)")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir, "host directory for state that must survive a restart (unhealthy devices); created 0700 at start; empty disables persistence")
 	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the file watcher's check (stat, and a content hash for files) of every watched file and directory (rules file, feature file, CDI spec, kubelet directories), which catches what inotify misses")
 	fs.DurationVar(&f.fileSettle, "file-settle", agent.DefaultFileSettle, "how long a changed rules file must stay unchanged before it is applied")
@@ -379,6 +381,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
 		DRARegistryDir:    f.draRegistryDir,
 		DRAPluginDir:      f.draPluginDir,
+		DRAInstance:       f.draInstance(),
 		CDI:               cdi.DriverConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
 		Health:            discovery.HealthOptions{IgnoredXIDs: ignored, EvidenceInterval: f.healthEvidence},
 		FileCheckInterval: f.fileCheckInterval,
@@ -417,4 +420,13 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// draInstance names the DRA sockets for rolling updates: the pod's UID,
+// or "" without --dra-rolling-update or outside a pod.
+func (f *runFlags) draInstance() string {
+	if !f.draRollingUpdate {
+		return ""
+	}
+	return os.Getenv(podUIDEnv)
 }
