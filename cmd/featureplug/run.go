@@ -69,6 +69,7 @@ type runFlags struct {
 	cdiHostDriverRoot  string
 	replicaPolicy      string
 	healthRecovery     time.Duration
+	healthEvidence     time.Duration
 	vfioHealthInterval time.Duration
 	ignoredXIDs        []uint
 	mpsRoot            string
@@ -154,6 +155,7 @@ the command line wins.`,
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the CDI spec's hooks (default: /usr/bin/nvidia-cdi-hook)")
 	fs.StringVar(&f.replicaPolicy, "replica-policy", string(deviceplugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
 	fs.DurationVar(&f.healthRecovery, "health-recovery", health.DefaultRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
+	fs.DurationVar(&f.healthEvidence, "health-evidence-interval", discovery.DefaultEvidenceInterval, "how often NVML's failure and reset evidence (pending retired pages and row remappings, recovery actions, NVLink states) is read again; a reset is seen within it")
 	fs.DurationVar(&f.vfioHealthInterval, "vfio-health-interval", health.DefaultVFIOProbeInterval, "how often the binding of the GPUs passed through to VMs is read from sysfs: one that leaves vfio-pci is Unhealthy within this period")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", nil, "XIDs that never mark a device unhealthy, on top of those NVIDIA's XID catalog resolves by restarting the application or with no action (docs/reliability.md)")
 	fs.StringVar(&f.mpsRoot, "mps-root", deviceplugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
@@ -423,7 +425,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		DRAPluginDir:      f.draPluginDir,
 		DRAInstance:       f.draInstance(),
 		CDI:               cdi.DriverConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
-		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
+		Health:            discovery.HealthOptions{IgnoredXIDs: ignored, EvidenceInterval: f.healthEvidence},
 		FileCheckInterval: f.fileCheckInterval,
 		FileSettle:        f.fileSettle,
 		NoInotify:         os.Getenv(noInotifyEnv) == "1",

@@ -44,25 +44,29 @@ type pluginFaultEnv struct {
 // registered.
 func pluginFaultStart(t *testing.T, dir string, extra ...string) *pluginFaultEnv {
 	t.Helper()
-	if dir == "" {
-		dir = shortTempDir(t)
+	return pluginFaultStartOn(t, agentSpec{FakeNode: "dgx-h100", Rules: "single", KubeletDir: dir, Extra: extra})
+}
+
+// pluginFaultStartOn is pluginFaultStart on spec's fake node and rules
+// (which must serve every whole GPU as pluginFaultResource).
+func pluginFaultStartOn(t *testing.T, spec agentSpec) *pluginFaultEnv {
+	t.Helper()
+	if spec.KubeletDir == "" {
+		spec.KubeletDir = shortTempDir(t)
 	}
-	e := &pluginFaultEnv{t: t, dir: dir}
+	if spec.Node == "" {
+		spec.Node = "fault-plugin"
+	}
+	e := &pluginFaultEnv{t: t, dir: spec.KubeletDir}
 	e.startKubelet()
-	inv := discover(t, "dgx-h100")
+	inv := discover(t, spec.FakeNode)
 	for _, g := range inv.GPUs {
 		if g.MIGEnabled {
-			t.Fatalf("dgx-h100 GPU %d has MIG enabled; the plugin fault tests expect whole GPUs", g.Index)
+			t.Fatalf("%s GPU %d has MIG enabled; the plugin fault tests expect whole GPUs", spec.FakeNode, g.Index)
 		}
 		e.gpus = append(e.gpus, g.UUID)
 	}
-	e.agent = startAgent(t, agentSpec{
-		Node:       "fault-plugin",
-		FakeNode:   "dgx-h100",
-		Rules:      "single",
-		KubeletDir: dir,
-		Extra:      extra,
-	})
+	e.agent = startAgent(t, spec)
 	e.waitRegistrations(1)
 	return e
 }
@@ -418,10 +422,10 @@ func TestFault11MetricsBounded(t *testing.T) {
 			t.Errorf("/metrics has no %q", want)
 		}
 	}
-	// XIDs outside the known table, as a driver newer than featureplug
+	// XIDs outside NVIDIA's catalog, as a driver newer than featureplug
 	// reports them: counted under "other".
 	a.injectXID(t, 1, 79)
-	a.injectXID(t, 1, 1)
+	a.injectXID(t, 1, 999)
 	a.injectXID(t, 1, 65535)
 	a.waitMetric(t, "featureplug_plugin_health_events_total", func(v float64) bool { return v == 3 })
 	_, body, err = a.get("/metrics")

@@ -201,6 +201,7 @@ func (a *Agent) replan(ctx context.Context, why string) {
 		return
 	}
 	a.plan = p
+	a.health.SetPlan(p)
 	a.planServed(p) // annotation digest and ResourcesChanged Event: explain.go
 	a.log.Info("plan applied", "trigger", why, "resources", p.Capacity())
 	a.reportPlanProblems(p) // devices left out by their rule: planreport.go
