@@ -20,10 +20,10 @@ const noInstance = 0xFFFFFFFF
 // timeout.
 const defaultWaitTimeout = 100 * time.Millisecond
 
-// defaultEvidenceInterval is how often the watcher reads the failure
+// DefaultEvidenceInterval is how often the watcher reads the failure
 // evidence NVML keeps again: often enough that a GPU with lasting evidence
 // never reaches the plugin's recovery period (5 minutes by default).
-const defaultEvidenceInterval = time.Minute
+const DefaultEvidenceInterval = time.Minute
 
 // resetReadTTL is how long a reading of a GPU's reset evidence taken for an
 // event serves the next events of that GPU: an XID storm costs three NVML
@@ -111,7 +111,7 @@ func NewHealthWatcher(lib nvml.Interface, o HealthOptions) *HealthWatcher {
 	w.wait = int(timeout / time.Millisecond)
 	w.evidence = o.EvidenceInterval
 	if w.evidence == 0 {
-		w.evidence = defaultEvidenceInterval
+		w.evidence = DefaultEvidenceInterval
 	}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
@@ -232,7 +232,15 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 		w.send(ctx, out, ev)
 	}
 
+	w.watch(ctx, set, inventory, out)
+	return nil
+}
+
+// watch delivers the events of set, and the evidence read again every
+// evidence interval, until ctx ends.
+func (w *HealthWatcher) watch(ctx context.Context, set nvml.EventSet, inventory func() *Inventory, out chan<- HealthEvent) {
 	nextEvidence := w.now().Add(w.evidence)
+	failing := false
 	for ctx.Err() == nil {
 		data, ret := set.Wait(uint32(w.wait))
 		if w.evidence > 0 && !w.now().Before(nextEvidence) {
@@ -242,6 +250,10 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 				w.send(ctx, out, ev)
 			}
 		}
+		if failing && (ret == nvml.SUCCESS || ret == nvml.ERROR_TIMEOUT) {
+			w.log.Info("NVML events answer again")
+			failing = false
+		}
 		switch ret {
 		case nvml.SUCCESS:
 		case nvml.ERROR_TIMEOUT:
@@ -250,16 +262,34 @@ func (w *HealthWatcher) Run(ctx context.Context, inventory func() *Inventory, ou
 			for _, ev := range w.lostGPUs(inventory()) {
 				w.send(ctx, out, ev)
 			}
+			w.pause(ctx) // a lost GPU answers at once
 			continue
 		default:
-			w.log.Warn("waiting for NVML events failed", "reason", ret.Error())
+			// NVML failing (a driver unloaded or hung) answers at once:
+			// wait a timeout before asking again, and say so once per
+			// failure, not per wait.
+			if !failing {
+				w.log.Warn("waiting for NVML events failed; retrying until NVML answers", "reason", ret.Error())
+			}
+			failing = true
+			w.pause(ctx)
 			continue
 		}
 		for _, ev := range w.events(inventory(), data) {
 			w.send(ctx, out, ev)
 		}
 	}
-	return nil
+}
+
+// pause waits one event-wait timeout, or until ctx ends: after a wait
+// that failed at once, so that a failing NVML is not asked in a busy loop.
+func (w *HealthWatcher) pause(ctx context.Context) {
+	t := time.NewTimer(time.Duration(w.wait) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // lostGPUs names the GPUs that answer ERROR_GPU_IS_LOST now, or every GPU

@@ -39,6 +39,10 @@ type SinkConfig struct {
 	// MoreAnnotations, when set, gives annotations of the agent's state
 	// beside the plan's (AnnotationMPSControl), read at each Apply.
 	MoreAnnotations func() map[string]string
+	// MoreLabels, when set, gives node labels of the agent's state beside
+	// the inventory's and plan's (LabelNVMLUnavailable), read at each
+	// Apply.
+	MoreLabels func() map[string]string
 	// Logger receives the sink's logs (default discarded).
 	Logger *slog.Logger
 	// Registerer, when set, receives the sink's metrics.
@@ -128,6 +132,12 @@ func (s *Sink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Plan) 
 	if c.Annotations != nil && s.c.MoreAnnotations != nil {
 		maps.Copy(c.Annotations, s.c.MoreAnnotations())
 	}
+	if more := s.moreLabels(); len(more) > 0 {
+		if c.Labels == nil {
+			c.Labels = map[string]string{}
+		}
+		maps.Copy(c.Labels, more)
+	}
 	s.mu.Lock()
 	s.published = &c
 	s.mu.Unlock()
@@ -135,6 +145,14 @@ func (s *Sink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Plan) 
 		Offer(s.contents, c)
 	}
 	return nil
+}
+
+// moreLabels returns MoreLabels' labels, nil without it.
+func (s *Sink) moreLabels() map[string]string {
+	if s.c.MoreLabels == nil {
+		return nil
+	}
+	return s.c.MoreLabels()
 }
 
 // Run implements the agent's Runner: the publishing loop, after Hold.

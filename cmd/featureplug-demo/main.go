@@ -282,8 +282,10 @@ func (d *demo) health(ctx context.Context) error {
 		return fmt.Errorf("%s has no devices", wholeGPUResource)
 	}
 	// The whole-GPU resource holds GPUs 4-7 of the bundled dgx-a100.
-	fmt.Fprintln(d.out, "injecting XID 79 (GPU fallen off the bus) on GPU 4 through the fake node's NVML events")
-	resp, err := http.Post(d.metrics+"/fake/xid?gpu=4&xid=79", "", nil)
+	// XID 62: NVIDIA's catalog resets the GPU; with no reset pending in
+	// NVML, featureplug holds it for the quiet period.
+	fmt.Fprintln(d.out, "injecting XID 62 (internal micro-controller halt) on GPU 4 through the fake node's NVML events")
+	resp, err := http.Post(d.metrics+"/fake/xid?gpu=4&xid=62", "", nil)
 	if err != nil {
 		return err
 	}

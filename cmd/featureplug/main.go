@@ -43,6 +43,7 @@ in NFD's match language, and serves one kubelet device plugin per resource name.
 	root.AddCommand(newDiscoverCommand())
 	root.AddCommand(newRulesCommand())
 	root.AddCommand(newDRACommand()) // dra.go
+	root.AddCommand(newHealthCommand())
 	run := newRunCommand()
 	// One flag name for node labels across commands: --node-labels, as
 	// rules explain takes it too; the singular stays as a deprecated alias.

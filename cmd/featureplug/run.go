@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -72,6 +74,7 @@ type runFlags struct {
 	cdiHostDriverRoot  string
 	replicaPolicy      string
 	healthRecovery     time.Duration
+	healthEvidence     time.Duration
 	vfioHealthInterval time.Duration
 	ignoredXIDs        []uint
 	mpsRoot            string
@@ -111,6 +114,9 @@ the command line wins.`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyEnv(cmd.Flags()); err != nil {
 				return asUsageError(err)
+			}
+			if err := checkKubeletDir(f.kubeletDir); err != nil {
+				return err
 			}
 			if f.waitForRules {
 				// A misspelt builtin will never appear.
@@ -154,6 +160,7 @@ the command line wins.`,
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the CDI spec's hooks (default: /usr/bin/nvidia-cdi-hook)")
 	fs.StringVar(&f.replicaPolicy, "replica-policy", string(deviceplugin.ReplicasDistributed), "preferred replicas of shared devices: distributed or packed")
 	fs.DurationVar(&f.healthRecovery, "health-recovery", health.DefaultRecovery, "quiet period after which an unhealthy device is healthy again (0 disables recovery)")
+	fs.DurationVar(&f.healthEvidence, "health-evidence-interval", discovery.DefaultEvidenceInterval, "how often NVML's failure and reset evidence (pending retired pages and row remappings, recovery actions, NVLink states) is read again; a reset is seen within it")
 	fs.DurationVar(&f.vfioHealthInterval, "vfio-health-interval", health.DefaultVFIOProbeInterval, "how often the binding of the GPUs passed through to VMs is read from sysfs: one that leaves vfio-pci is Unhealthy within this period")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", nil, "XIDs that never mark a device unhealthy, on top of those NVIDIA's XID catalog resolves by restarting the application or with no action (docs/reliability.md)")
 	fs.StringVar(&f.mpsRoot, "mps-root", deviceplugin.DefaultMPSRoot, "root of the MPS pipe and log directories")
@@ -345,6 +352,43 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	return err
 }
 
+// checkKubeletDir refuses a --kubelet-dir that is not a directory, or
+// under a file, before anything starts: the device-plugin directory is
+// made when missing, but a file in its place is an operator's mistake (a
+// wrong path, a file mounted over it) that no retry fixes.
+func checkKubeletDir(dir string) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		switch {
+		case err == nil && st.IsDir():
+			return nil
+		case err == nil && p == filepath.Clean(dir):
+			return usageErrorf("--kubelet-dir %s is not a directory (it is a %s): give the kubelet's device-plugin directory, e.g. %s",
+				dir, fileKind(st.Mode()), deviceplugin.DefaultKubeletDir)
+		case err == nil:
+			return usageErrorf("--kubelet-dir %s cannot be made: %s is a %s, not a directory", dir, p, fileKind(st.Mode()))
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) || filepath.Dir(p) == p:
+			return nil // unreadable: Run says why
+		}
+	}
+}
+
+// fileKind names the kind of file a mode is, for errors.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "regular file"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	case m&os.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&os.ModeDevice != 0:
+		return "device"
+	default:
+		return "file of mode " + m.Type().String()
+	}
+}
+
 // agentConfig is the agent's configuration from the flags, for the GPU
 // source src and the API client kubeClient (nil without one).
 func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, machine string, log *slog.Logger) agent.Config {
@@ -386,7 +430,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		DRAPluginDir:      f.draPluginDir,
 		DRAInstance:       f.draInstance(),
 		CDI:               cdi.DriverConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
-		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
+		Health:            discovery.HealthOptions{IgnoredXIDs: ignored, EvidenceInterval: f.healthEvidence},
 		FileCheckInterval: f.fileCheckInterval,
 		FileSettle:        f.fileSettle,
 		NoInotify:         os.Getenv(noInotifyEnv) == "1",

@@ -310,9 +310,11 @@ func TestRunHealthEventReachesKubelet(t *testing.T) {
 	p := startAgent(t, "--fake-node", "dgx-h100", "--publish", "none", "--kubelet-dir", dir, "--health-recovery", "1s")
 	eventually(t, "8 healthy GPUs", func() bool { _, healthy := k.Capacity("nvidia.com/gpu"); return healthy == 8 })
 
-	resp, err := http.Post(p.metrics+"/fake/xid?gpu=3&xid=79", "", nil)
+	// XID 62 asks for a GPU reset, which NVML does not show pending: held
+	// for the quiet period.
+	resp, err := http.Post(p.metrics+"/fake/xid?gpu=3&xid=62", "", nil)
 	if err != nil || resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("injecting XID 79: %v %v", resp, err)
+		t.Fatalf("injecting XID 62: %v %v", resp, err)
 	}
 	_ = resp.Body.Close()
 	eventually(t, "GPU 3 goes unhealthy", func() bool { _, healthy := k.Capacity("nvidia.com/gpu"); return healthy == 7 })

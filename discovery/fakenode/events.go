@@ -43,6 +43,10 @@ func (s *eventSet) Wait(timeoutms uint32) (nvml.EventData, nvml.Return) {
 			s.mu.Unlock()
 			return nvml.EventData{}, nvml.ERROR_UNINITIALIZED
 		}
+		if ret := s.node.nvmlFail.get(); ret != nvml.SUCCESS {
+			s.mu.Unlock()
+			return nvml.EventData{}, ret
+		}
 		if len(s.queue) > 0 {
 			ev := s.queue[0]
 			s.queue = s.queue[1:]

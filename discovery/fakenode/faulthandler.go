@@ -1,9 +1,13 @@
 package fakenode
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // Injector plays NVML events on a fake node: a Node, or a source that
@@ -15,6 +19,14 @@ type Injector interface {
 	InjectMIGXID(gpu, gi, ci int, xid uint64) error
 	// InjectECCDoubleBit plays a double-bit ECC error on a GPU.
 	InjectECCDoubleBit(gpu int) error
+	// ResetGPU resets a GPU as nvidia-smi --gpu-reset does.
+	ResetGPU(gpu int) error
+	// SetRecoveryAction sets the recovery action the driver asks for.
+	SetRecoveryAction(gpu int, action nvml.DeviceGpuRecoveryAction) error
+	// SetHealth replaces a GPU's failure evidence.
+	SetHealth(gpu int, h HealthSpec) error
+	// SetNVMLFailure makes every NVML call answer ret (SUCCESS: none).
+	SetNVMLFailure(ret nvml.Return)
 }
 
 var _ Injector = (*Node)(nil)
@@ -32,13 +44,27 @@ const (
 //
 //	POST /fake/xid?gpu=3&xid=79[&gi=1&ci=0]
 //	POST /fake/ecc?gpu=3
+//	POST /fake/reset?gpu=3                      the GPU is reset
+//	POST /fake/recovery-action?gpu=3&action=gpu-reset
+//	POST /fake/health?gpu=3  {"retiredPagesPending": true}   (the file's gpus[].health)
+//	POST /fake/nvml?fail=unknown                every NVML call fails; no fail: answers again
 //
-// A parameter that is not a number or out of range is refused (400,
-// naming it and its value); success is 204.
+// A parameter that is not a number or out of range, an unknown name or a
+// bad body is refused (400, naming it and its value); success is 204.
 func FaultHandler(node Injector) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /fake/xid", func(w http.ResponseWriter, r *http.Request) { inject(node, w, r) })
-	mux.HandleFunc("POST /fake/ecc", func(w http.ResponseWriter, r *http.Request) { inject(node, w, r) })
+	for _, path := range []string{"/fake/xid", "/fake/ecc", "/fake/reset", "/fake/recovery-action", "/fake/health"} {
+		mux.HandleFunc("POST "+path, func(w http.ResponseWriter, r *http.Request) { inject(node, w, r) })
+	}
+	mux.HandleFunc("POST /fake/nvml", func(w http.ResponseWriter, r *http.Request) {
+		ret, err := NVMLFailureByName(r.URL.Query().Get("fail"))
+		if err != nil {
+			http.Error(w, "query parameter fail: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		node.SetNVMLFailure(ret)
+		w.WriteHeader(http.StatusNoContent)
+	})
 	return mux
 }
 
@@ -61,7 +87,7 @@ func inject(node Injector, w http.ResponseWriter, r *http.Request) {
 	}
 	gpu, err := num("gpu")
 	if err == nil {
-		err = injectAt(node, r.URL.Path, gpu, num, q.Has("gi"))
+		err = injectAt(node, r, gpu, num)
 	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -70,12 +96,34 @@ func inject(node Injector, w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// injectAt plays the event of path on gpu, reading its other parameters
-// with num.
-func injectAt(node Injector, path string, gpu int, num func(string) (int, error), mig bool) error {
-	if path == "/fake/ecc" {
+// maxHealthBody bounds the body of POST /fake/health.
+const maxHealthBody = 64 << 10
+
+// injectAt plays the fault of r's path on gpu, reading its other
+// parameters with num.
+func injectAt(node Injector, r *http.Request, gpu int, num func(string) (int, error)) error {
+	switch r.URL.Path {
+	case "/fake/ecc":
 		return node.InjectECCDoubleBit(gpu)
+	case "/fake/reset":
+		return node.ResetGPU(gpu)
+	case "/fake/recovery-action":
+		name := r.URL.Query().Get("action")
+		action, ok := recoveryActionByName(name)
+		if !ok {
+			return fmt.Errorf("query parameter action: %q is not a recovery action (%v)", name, recoveryActionNames)
+		}
+		return node.SetRecoveryAction(gpu, action)
+	case "/fake/health":
+		var h HealthSpec
+		dec := json.NewDecoder(io.LimitReader(r.Body, maxHealthBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&h); err != nil {
+			return fmt.Errorf("body: the GPU's health as the fake node file's gpus[].health: %w", err)
+		}
+		return node.SetHealth(gpu, h)
 	}
+	mig := r.URL.Query().Has("gi")
 	xid, err := num("xid")
 	if err != nil {
 		return err

@@ -29,11 +29,12 @@ func newLibrary(n *Node, l *layout) *library {
 	}
 }
 
-// Init succeeds: the fake needs no driver. Calls made without Init work too.
-func (l *library) Init() nvml.Return { return nvml.SUCCESS }
+// Init succeeds (the fake needs no driver; calls made without Init work
+// too), unless NVML fails (SetNVMLFailure).
+func (l *library) Init() nvml.Return { return l.node.nvmlFail.get() }
 
-// InitWithFlags succeeds like Init.
-func (l *library) InitWithFlags(uint32) nvml.Return { return nvml.SUCCESS }
+// InitWithFlags answers like Init.
+func (l *library) InitWithFlags(uint32) nvml.Return { return l.node.nvmlFail.get() }
 
 // Shutdown succeeds; the node keeps its state.
 func (l *library) Shutdown() nvml.Return { return nvml.SUCCESS }
@@ -53,31 +54,37 @@ func (extensions) LookupSymbol(string) error { return nil }
 
 // SystemGetDriverVersion returns the file's driverVersion.
 func (l *library) SystemGetDriverVersion() (string, nvml.Return) {
-	return l.driverVersion, nvml.SUCCESS
+	return l.driverVersion, l.node.nvmlFail.get()
 }
 
 // SystemGetNVMLVersion returns "<CUDA major>.<driver version>", as NVML does.
 func (l *library) SystemGetNVMLVersion() (string, nvml.Return) {
-	return l.nvmlVersion, nvml.SUCCESS
+	return l.nvmlVersion, l.node.nvmlFail.get()
 }
 
 // SystemGetCudaDriverVersion returns the CUDA version as an int, 12080 for 12.8.
 func (l *library) SystemGetCudaDriverVersion() (int, nvml.Return) {
-	return l.cudaVersion, nvml.SUCCESS
+	return l.cudaVersion, l.node.nvmlFail.get()
 }
 
 // SystemGetCudaDriverVersion_v2 is SystemGetCudaDriverVersion.
 func (l *library) SystemGetCudaDriverVersion_v2() (int, nvml.Return) {
-	return l.cudaVersion, nvml.SUCCESS
+	return l.cudaVersion, l.node.nvmlFail.get()
 }
 
 // DeviceGetCount returns the number of GPUs.
 func (l *library) DeviceGetCount() (int, nvml.Return) {
+	if ret := l.node.nvmlFail.get(); ret != nvml.SUCCESS {
+		return 0, ret
+	}
 	return len(l.node.gpus), nvml.SUCCESS
 }
 
 // DeviceGetHandleByIndex returns GPU index; the same handle every time.
 func (l *library) DeviceGetHandleByIndex(index int) (nvml.Device, nvml.Return) {
+	if ret := l.node.nvmlFail.get(); ret != nvml.SUCCESS {
+		return nil, ret
+	}
 	if index < 0 || index >= len(l.node.gpus) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
@@ -86,6 +93,9 @@ func (l *library) DeviceGetHandleByIndex(index int) (nvml.Device, nvml.Return) {
 
 // DeviceGetHandleByUUID returns the GPU or MIG device with the given UUID.
 func (l *library) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+	if ret := l.node.nvmlFail.get(); ret != nvml.SUCCESS {
+		return nil, ret
+	}
 	if uuid == "" {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
@@ -111,6 +121,9 @@ func (l *library) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) 
 // DeviceGetHandleByPciBusId returns the GPU at a PCI address, given in
 // either NVML form ("00000000:07:00.0" or "0000:07:00.0"), any case.
 func (l *library) DeviceGetHandleByPciBusId(busID string) (nvml.Device, nvml.Return) {
+	if ret := l.node.nvmlFail.get(); ret != nvml.SUCCESS {
+		return nil, ret
+	}
 	id := strings.ToUpper(busID)
 	for _, g := range l.node.gpus {
 		if id == g.addr.String() || id == g.addr.legacy() {
@@ -125,5 +138,8 @@ func (l *library) DeviceGetHandleByPciBusId(busID string) (nvml.Device, nvml.Ret
 
 // EventSetCreate returns a new, empty event set.
 func (l *library) EventSetCreate() (nvml.EventSet, nvml.Return) {
+	if ret := l.node.nvmlFail.get(); ret != nvml.SUCCESS {
+		return nil, ret
+	}
 	return newEventSet(l.node), nvml.SUCCESS
 }

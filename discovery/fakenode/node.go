@@ -35,6 +35,8 @@ type Node struct {
 	bundledName string
 	lib         *library
 	gpus        []*gpu
+	// nvmlFail makes every NVML call fail (SetNVMLFailure, nvmlfail.go).
+	nvmlFail nvmlFailure
 
 	// mu guards the mutable state below and in gpus: MIG mode, GPU and
 	// compute instances, event registrations, compute modes.

@@ -187,8 +187,23 @@ func (s *Fake) InjectECCDoubleBit(gpu int) error {
 	return s.Node().InjectECCDoubleBit(gpu)
 }
 
+// ResetGPU implements fakenode.Injector.
+func (s *Fake) ResetGPU(gpu int) error { return s.Node().ResetGPU(gpu) }
+
+// SetRecoveryAction implements fakenode.Injector.
+func (s *Fake) SetRecoveryAction(gpu int, action nvml.DeviceGpuRecoveryAction) error {
+	return s.Node().SetRecoveryAction(gpu, action)
+}
+
+// SetHealth implements fakenode.Injector.
+func (s *Fake) SetHealth(gpu int, h fakenode.HealthSpec) error { return s.Node().SetHealth(gpu, h) }
+
+// SetNVMLFailure implements fakenode.Injector.
+func (s *Fake) SetNVMLFailure(ret nvml.Return) { s.Node().SetNVMLFailure(ret) }
+
 // FaultHandler serves the fault hooks of the fake node (POST /fake/xid,
-// /fake/ecc): the agent serves it only for a fake node.
+// /fake/ecc, /fake/reset, /fake/recovery-action, /fake/health,
+// /fake/nvml): the agent serves it only for a fake node.
 func (s *Fake) FaultHandler() http.Handler { return fakenode.FaultHandler(s) }
 
 // Close shuts the fake node's NVML down.

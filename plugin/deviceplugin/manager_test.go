@@ -386,10 +386,10 @@ func TestHealth(t *testing.T) {
 		}
 	}
 
-	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 79})
-	expect("XID 79 on GPU 1", gpuUUID(1), replicaID(1, 0), replicaID(1, 1))
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 61})
+	expect("XID 61 on GPU 1", gpuUUID(1), replicaID(1, 0), replicaID(1, 1))
 
-	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(3), MIGUUID: migUUID(3, 1), Kind: discovery.EventXID, XID: 94})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(3), MIGUUID: migUUID(3, 1), Kind: discovery.EventXID, XID: 61})
 	migShared := migUUID(3, 2)
 	expect("XID on MIG 3:1", gpuUUID(1), replicaID(1, 0), replicaID(1, 1), migUUID(3, 1))
 
@@ -417,14 +417,14 @@ func TestHealthWithoutRecovery(t *testing.T) {
 	tr := withHealth(t, &opts, clock, 0, "", nil)
 	e := startEnv(t, opts, healthPlan())
 	e.waitRegistered(1, "nvidia.com/gpu")
-	tr.Record(discovery.HealthEvent{GPUUUID: gpuUUID(0), Kind: discovery.EventXID, XID: 79})
+	tr.Record(discovery.HealthEvent{GPUUUID: gpuUUID(0), Kind: discovery.EventXID, XID: 61})
 	e.waitDevices("nvidia.com/gpu", "GPU 0 unhealthy", func(devs []*pluginapi.Device) bool {
 		return healthOf(devs)[gpuUUID(0)] == pluginapi.Unhealthy
 	})
 	clock.Advance(24 * time.Hour)
 	// A recovery of GPU 0 would reach the stream before the next change:
 	// make one (GPU 1 fails) and wait for it.
-	tr.Record(discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 79})
+	tr.Record(discovery.HealthEvent{GPUUUID: gpuUUID(1), Kind: discovery.EventXID, XID: 61})
 	e.waitDevices("nvidia.com/gpu", "GPU 1 unhealthy", func(devs []*pluginapi.Device) bool {
 		return healthOf(devs)[gpuUUID(1)] == pluginapi.Unhealthy
 	})
@@ -446,7 +446,7 @@ func TestHealthBeforePlan(t *testing.T) {
 	t.Cleanup(k.Stop)
 	e.kubelet = k
 	e.startManager(opts, nil)
-	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(2), Kind: discovery.EventXID, XID: 79})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(2), Kind: discovery.EventXID, XID: 61})
 	if err := e.m.Apply(h100Plan("nvidia.com/gpu")); err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +497,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = e.kubelet.Allocate(e.ctx(), "nvidia.com/gpu", []string{"GPU-nope"})
-	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(0), Kind: discovery.EventXID, XID: 79})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(0), Kind: discovery.EventXID, XID: 61})
 	e.waitDevices("nvidia.com/gpu", "GPU 0 unhealthy", func(devs []*pluginapi.Device) bool {
 		return healthOf(devs)[gpuUUID(0)] == pluginapi.Unhealthy
 	})
@@ -512,7 +512,7 @@ func TestMetrics(t *testing.T) {
 		{"featureplug_plugin_allocations_total", map[string]string{"resource": "nvidia.com/gpu", "result": "invalid"}, 1},
 		{"featureplug_plugin_plan_applies_total", map[string]string{"result": "ok"}, 1},
 		{"featureplug_plugin_registrations_total", map[string]string{"resource": "nvidia.com/gpu", "result": "ok"}, 1},
-		{"featureplug_plugin_health_events_total", map[string]string{"kind": "xid", "xid": "79"}, 1},
+		{"featureplug_plugin_health_events_total", map[string]string{"kind": "xid", "xid": "61"}, 1},
 	}
 	for _, c := range checks {
 		if got := metricValue(t, reg, c.name, c.labels); got != c.want {

@@ -308,8 +308,8 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	withHealth(t, &opts, clock, time.Minute, state, reg)
 	e := startEnv(t, opts, h100Plan("nvidia.com/gpu"))
 	e.waitRegistered(1, "nvidia.com/gpu")
-	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(4), Kind: discovery.EventXID, XID: 79})
-	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(6), MIGUUID: migUUID(6, 1), Kind: discovery.EventXID, XID: 94})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(4), Kind: discovery.EventXID, XID: 61})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(6), MIGUUID: migUUID(6, 1), Kind: discovery.EventXID, XID: 61})
 
 	var st stateFile
 	b, err := os.ReadFile(filepath.Join(state, statedir.HealthFile))
@@ -319,8 +319,8 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Devices) != 2 || st.Devices[0].Key != gpuUUID(4) || st.Devices[0].XID != 79 ||
-		!st.Devices[0].Deadline.Equal(clock.Now().Add(time.Minute)) || st.Devices[1].MIGUUID != migUUID(6, 1) {
+	if len(st.Devices) != 2 || st.Devices[0].Key != gpuUUID(4) || len(st.Devices[0].Holds) != 1 || st.Devices[0].Holds[0].XID != 61 ||
+		!st.Devices[0].Holds[0].Until.Equal(clock.Now().Add(time.Minute)) || st.Devices[1].MIGUUID != migUUID(6, 1) {
 		t.Fatalf("state file holds %s", b)
 	}
 
@@ -328,7 +328,7 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	writes := metricValue(t, reg, "featureplug_plugin_health_state_writes_total", map[string]string{"result": "ok"})
 	clock.Advance(10 * time.Second)
 	for range 1000 {
-		e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(4), Kind: discovery.EventXID, XID: 79})
+		e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(4), Kind: discovery.EventXID, XID: 61})
 	}
 	if got := metricValue(t, reg, "featureplug_plugin_health_state_writes_total", map[string]string{"result": "ok"}); got != writes {
 		t.Errorf("%v state-file writes during a storm on an already unhealthy GPU, want none yet", got-writes)
@@ -443,7 +443,7 @@ func TestHealthLogAggregated(t *testing.T) {
 	e.waitRegistered(1, "nvidia.com/gpu")
 	const storm = 5000
 	for i := range storm {
-		xid := uint64(79)
+		xid := uint64(61)
 		if i%5 == 0 {
 			xid = 1 << 40 // an XID nobody knows: counted as "other"
 		}
@@ -457,7 +457,7 @@ func TestHealthLogAggregated(t *testing.T) {
 	if len(sums) != 2 {
 		t.Fatalf("%d summary lines after one interval, want 2: %q", len(sums), sums)
 	}
-	if !strings.Contains(sums[0]+sums[1], "events=2499") || !strings.Contains(sums[0]+sums[1], "xid 79: 2000") || !strings.Contains(sums[0]+sums[1], "xid other: 499") {
+	if !strings.Contains(sums[0]+sums[1], "events=2499") || !strings.Contains(sums[0]+sums[1], "xid 61: 2000") || !strings.Contains(sums[0]+sums[1], "xid other: 499") {
 		t.Errorf("summaries do not count by XID: %q", sums)
 	}
 	clock.Advance(10 * time.Second) // a quiet interval ends the window
@@ -465,8 +465,8 @@ func TestHealthLogAggregated(t *testing.T) {
 	if n := len(logs.lines("device unhealthy")); n != 3 {
 		t.Errorf("%d 'device unhealthy' lines after a quiet interval and a new event, want 3", n)
 	}
-	if got := metricValue(t, reg, "featureplug_plugin_health_events_total", map[string]string{"xid": "79"}); got != storm*4/5 {
-		t.Errorf("health_events_total{xid=79} = %v, want %d", got, storm*4/5)
+	if got := metricValue(t, reg, "featureplug_plugin_health_events_total", map[string]string{"xid": "61"}); got != storm*4/5 {
+		t.Errorf("health_events_total{xid=61} = %v, want %d", got, storm*4/5)
 	}
 	if got := metricValue(t, reg, "featureplug_plugin_health_events_total", map[string]string{"xid": "other"}); got != storm/5 {
 		t.Errorf("health_events_total{xid=other} = %v, want %d", got, storm/5)
@@ -550,7 +550,7 @@ func TestPreferredSkipsUnhealthy(t *testing.T) {
 func TestOversizedRequestRejected(t *testing.T) {
 	e := startEnv(t, DefaultOptions(), h100Plan("nvidia.com/gpu"))
 	e.waitRegistered(1, "nvidia.com/gpu")
-	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(7), Kind: discovery.EventXID, XID: 79})
+	e.m.health.Record(discovery.HealthEvent{GPUUUID: gpuUUID(7), Kind: discovery.EventXID, XID: 61})
 	e.waitDevices("nvidia.com/gpu", "GPU 7 unhealthy", func(devs []*pluginapi.Device) bool {
 		return healthOf(devs)[gpuUUID(7)] == pluginapi.Unhealthy
 	})
@@ -585,6 +585,17 @@ type stateRecord struct {
 	Kind     discovery.HealthEventKind `json:"kind"`
 	XID      uint64                    `json:"xid,omitempty"`
 	Deadline time.Time                 `json:"recoverAt,omitzero"`
+	// Holds are what version 2 keeps per device (the fields above are
+	// version 1's).
+	Holds []stateHold `json:"holds,omitempty"`
+}
+
+// stateHold is one hold of a version 2 state file.
+type stateHold struct {
+	Effect discovery.HealthEffect    `json:"effect"`
+	Kind   discovery.HealthEventKind `json:"kind"`
+	XID    uint64                    `json:"xid,omitempty"`
+	Until  time.Time                 `json:"until,omitzero"`
 }
 
 type stateFile struct {

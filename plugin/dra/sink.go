@@ -280,7 +280,10 @@ func (s *Sink) unhealthy() Unhealthy {
 	}
 	u := make(Unhealthy, len(bad))
 	for _, d := range bad {
-		u[d.Key] = UnhealthyReason(d.Kind, d.XID)
+		u[d.Key] = d.Reason // bounded: health.Reason, or a condition's ("nvml-unavailable")
+		if u[d.Key] == "" {
+			u[d.Key] = UnhealthyReason(d.Kind, d.XID)
+		}
 	}
 	return u
 }

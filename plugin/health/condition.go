@@ -3,6 +3,7 @@ package health
 import (
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/featureplug/featureplug/discovery"
 )
@@ -21,6 +22,17 @@ type Condition struct {
 	Kind discovery.HealthEventKind
 	// Reason says it for people: "bound to nvidia, not vfio-pci".
 	Reason string
+	// Since is when the condition of its kind began on the device; set by
+	// SetConditions.
+	Since time.Time
+}
+
+// waitsFor says in a few words what ends the condition.
+func (c Condition) waitsFor() string {
+	if c.Kind == KindNVMLUnavailable {
+		return "NVML answering again"
+	}
+	return "the probe finding the device well again"
 }
 
 // SetConditions replaces the conditions of source (the probe's name) with
@@ -35,6 +47,16 @@ func (t *Tracker) SetConditions(source string, conds map[string]Condition) {
 		return
 	}
 	old := t.conds[source]
+	now := t.opts.Clock.Now()
+	stamped := make(map[string]Condition, len(conds))
+	for k, c := range conds {
+		c.Since = now
+		if o, ok := old[k]; ok && o.Kind == c.Kind {
+			c.Since = o.Since
+		}
+		stamped[k] = c
+	}
+	conds = stamped
 	changed := len(old) != len(conds)
 	for k, c := range conds {
 		if o, ok := old[k]; !ok || o.Kind != c.Kind {
@@ -43,7 +65,7 @@ func (t *Tracker) SetConditions(source string, conds map[string]Condition) {
 	}
 	var turned, recovered []string
 	for k, c := range conds {
-		if o, ok := old[k]; !ok || o != c {
+		if o, ok := old[k]; !ok || o.Kind != c.Kind || o.Reason != c.Reason {
 			turned = append(turned, k+": "+c.Reason)
 		}
 	}

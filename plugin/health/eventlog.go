@@ -49,7 +49,7 @@ func countLabel(ev discovery.HealthEvent) string {
 }
 
 // event logs or counts one event.
-func (l *eventLog) event(ev discovery.HealthEvent) {
+func (l *eventLog) event(ev discovery.HealthEvent, d discovery.HealthDecision) {
 	key := eventKey(ev)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -65,7 +65,13 @@ func (l *eventLog) event(ev discovery.HealthEvent) {
 		gpu: ev.GPUUUID, mig: ev.MIGUUID, counts: map[string]uint64{},
 		timer: l.clock.AfterFunc(l.interval, func() { l.flush(key) }),
 	}
-	l.log.Warn("device unhealthy", "gpu", ev.GPUUUID, "mig", ev.MIGUUID, "kind", ev.Kind, "xid", ev.XID)
+	if !d.Effect.Unhealthy() {
+		l.log.Info("health event counted; the device stays Healthy", "gpu", ev.GPUUUID, "mig", ev.MIGUUID,
+			"kind", ev.Kind, "xid", ev.XID, "because", d.Because)
+		return
+	}
+	l.log.Warn("device unhealthy", "gpu", ev.GPUUUID, "mig", ev.MIGUUID, "kind", ev.Kind, "xid", ev.XID,
+		"effect", d.Effect, "because", d.Because)
 }
 
 // flush ends one interval of a device: a summary of its events, or, when

@@ -26,19 +26,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "featureplug", Subsystem: "plugin", Name: "health_events_total",
-			Help: "Critical health events received, by kind and XID: one of the XIDs featureplug knows by number, \"other\" for any other XID, empty for non-XID events.",
-		}, []string{"kind", "xid"}),
+			Help: "Health events received, by kind, XID (an XID of NVIDIA's catalog by number, \"other\" for any other, empty for non-XID events) and the policy's effect (none, count, until-quiet, until-reset, until-reboot).",
+		}, []string{"kind", "xid", "effect"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "featureplug", Subsystem: "plugin", Name: "health_state_writes_total",
 			Help: "Writes of the health state file, by result (ok, error); a failed write is retried with backoff until one succeeds.",
 		}, []string{"result"}),
 		records: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "featureplug", Subsystem: "plugin", Name: "unhealthy_records",
-			Help: "Devices (GPUs or MIG devices) held Unhealthy now, restored from the state file or from health events.",
+			Help: "Devices (GPUs or MIG devices) held Unhealthy now by health events (or the state file); conditions are featureplug_plugin_unhealthy_conditions.",
 		}),
 		conditions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "featureplug", Subsystem: "plugin", Name: "unhealthy_conditions",
-			Help: "Devices held Unhealthy now by a condition a probe found, by kind (vfio-unbound, vfio-gone, vfio-no-group-node: GPUs passed through to VMs).",
+			Help: "Devices held Unhealthy now by a condition a probe found, by kind (vfio-unbound, vfio-gone, vfio-no-group-node: GPUs passed through to VMs; nvml-unavailable: NVML failing as a whole).",
 		}, []string{"kind"}),
 	}
 	for _, k := range vfioKinds {
@@ -66,32 +66,13 @@ func errorf(format string, args ...any) error {
 	return fmt.Errorf("health tracker options: "+format, args...)
 }
 
-// knownXID reports whether xid is one of the XIDs the xid label of
-// health_events_total names by number; any other XID is counted as
-// "other", so the label has a bounded set of values whatever NVML (or a
-// fake node) reports. The table holds the XIDs of NVIDIA's XID catalogue
-// that take a GPU out of service or that NVIDIA's device plugin treats
-// specially:
-//
-//	13, 31, 43, 45, 68, 109  application errors (ignored by default)
-//	48                       double-bit ECC error
-//	61, 62, 69               internal micro-controller / GPU errors
-//	63, 64                   ECC page retirement or row remapping event / failure
-//	74                       NVLink error
-//	79                       GPU has fallen off the bus
-//	92                       high single-bit ECC error rate
-//	94, 95                   contained / uncontained ECC error
-//	119, 120                 GSP RPC timeout / GSP error
-//	121                      C2C link error
-//	140                      unrecovered ECC error
-//	143, 154, 155            GPU initialisation failure, recovery action
-//	                         changed, NVLink/C2C failure
+// knownXID reports whether xid is one of NVIDIA's XID catalog, which the
+// xid label of health_events_total names by number; any other XID is
+// counted as "other", so the label has a bounded set of values whatever
+// NVML (or a fake node) reports.
 func knownXID(xid uint64) bool {
-	switch xid {
-	case 13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 121, 140, 143, 154, 155:
-		return true
-	}
-	return false
+	_, ok := discovery.LookupXID(xid)
+	return ok
 }
 
 // xidOther is the xid label of an XID outside knownXIDs.
@@ -116,4 +97,10 @@ func kindLabel(k discovery.HealthEventKind) string {
 		return string(k)
 	}
 	return "other"
+}
+
+// updateGaugeLocked sets the unhealthy-records gauge (devices with holds;
+// conditions have their own gauge). t.mu is held.
+func (t *Tracker) updateGaugeLocked() {
+	t.metrics.records.Set(float64(len(t.recs)))
 }

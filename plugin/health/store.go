@@ -11,39 +11,41 @@ import (
 	"github.com/featureplug/featureplug/discovery/statedir"
 )
 
-// stateVersion is the format version of the health state file.
-const stateVersion = 1
+// stateVersion is the format version of the health state file: 2 keeps
+// holds per device; version 1 kept one deadline per device, read as an
+// until-quiet hold.
+const stateVersion = 2
 
 // maxStateBytes bounds the state file read at start: a node has at most a
 // few hundred GPUs and MIG devices, each record a few hundred bytes.
 const maxStateBytes = 4 << 20
 
-// record is one device held Unhealthy, as the state file keeps it.
-type record struct {
-	// Key is the device the record holds Unhealthy: the MIG UUID for an
-	// event on one MIG device, else the GPU UUID.
-	Key string `json:"device"`
-	// GPUUUID is the physical GPU.
-	GPUUUID string `json:"gpuUUID"`
-	// MIGUUID is the MIG device, empty for the whole GPU.
-	MIGUUID string `json:"migUUID,omitempty"`
-	// Kind and XID are those of the latest event.
-	Kind discovery.HealthEventKind `json:"kind"`
-	XID  uint64                    `json:"xid,omitempty"`
-	// FirstSeen and LastSeen are the first and latest event.
-	FirstSeen time.Time `json:"firstSeen"`
-	LastSeen  time.Time `json:"lastSeen"`
-	// Deadline is when the device recovers unless more events come; zero
-	// means never (recovery disabled).
-	Deadline time.Time `json:"recoverAt,omitzero"`
-	// Events counts the events since FirstSeen.
-	Events uint64 `json:"events"`
-}
-
 // state is the content of the state file.
 type state struct {
 	Version int      `json:"version"`
 	Devices []record `json:"devices"`
+}
+
+// recordV1 is a device as version 1 of the state file kept it.
+type recordV1 struct {
+	Key       string                    `json:"device"`
+	GPUUUID   string                    `json:"gpuUUID"`
+	MIGUUID   string                    `json:"migUUID,omitempty"`
+	Kind      discovery.HealthEventKind `json:"kind"`
+	XID       uint64                    `json:"xid,omitempty"`
+	FirstSeen time.Time                 `json:"firstSeen"`
+	LastSeen  time.Time                 `json:"lastSeen"`
+	Deadline  time.Time                 `json:"recoverAt,omitzero"`
+	Events    uint64                    `json:"events"`
+}
+
+// hold is the until-quiet hold a version 1 record meant.
+func (r recordV1) hold() record {
+	return record{Key: r.Key, GPUUUID: r.GPUUUID, MIGUUID: r.MIGUUID, Holds: []Hold{{
+		Effect: discovery.EffectUntilQuiet, Until: r.Deadline, Kind: r.Kind, XID: r.XID,
+		Reason: Reason(r.Kind, r.XID), Because: "restored from a version 1 state file",
+		Since: r.FirstSeen, Last: r.LastSeen, Events: r.Events,
+	}}}
 }
 
 // store reads and writes the health state file.
@@ -65,19 +67,44 @@ func (s *store) read() ([]record, error) {
 	if err != nil || data == nil {
 		return nil, err
 	}
-	var st state
-	if err := json.Unmarshal(data, &st); err != nil {
+	var head struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
-	if st.Version != stateVersion {
-		return nil, fmt.Errorf("%s: version %d, want %d", s.path, st.Version, stateVersion)
+	var recs []record
+	switch head.Version {
+	case stateVersion:
+		var st state
+		if err := json.Unmarshal(data, &st); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.path, err)
+		}
+		recs = st.Devices
+	case 1:
+		var st struct {
+			Devices []recordV1 `json:"devices"`
+		}
+		if err := json.Unmarshal(data, &st); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.path, err)
+		}
+		for _, r := range st.Devices {
+			recs = append(recs, r.hold())
+		}
+	default:
+		return nil, fmt.Errorf("%s: version %d, want %d (or 1)", s.path, head.Version, stateVersion)
 	}
-	for i, r := range st.Devices {
+	for i, r := range recs {
 		if r.Key == "" || r.GPUUUID == "" {
 			return nil, fmt.Errorf("%s: devices[%d]: device and gpuUUID must be set (have %q, %q)", s.path, i, r.Key, r.GPUUUID)
 		}
+		for j, h := range r.Holds {
+			if !h.Effect.Unhealthy() {
+				return nil, fmt.Errorf("%s: devices[%d].holds[%d].effect: %q is not until-quiet, until-reset or until-reboot", s.path, i, j, h.Effect)
+			}
+		}
 	}
-	return st.Devices, nil
+	return recs, nil
 }
 
 // write replaces the state file atomically (statedir.WriteFile).
@@ -92,10 +119,13 @@ func (s *store) write(recs []record) error {
 	return statedir.WriteFile(s.path, append(data, '\n'), statedir.Private, nil)
 }
 
-// restore loads the records of the state file whose deadline has not
-// passed and schedules their recovery. A file that cannot be read or
-// parsed is logged at WARN, naming the file, and gives no records: the
-// agent starts, and health events rebuild the state.
+// restore loads the holds of the state file that have not ended: an
+// until-quiet hold until its deadline (one saved without a deadline, while
+// recovery was disabled, gets a fresh quiet period when recovery is on),
+// an until-reboot hold while the boot is the same, an until-reset hold
+// until the health watcher sees the reset. A file that cannot be read or
+// parsed is logged at WARN, naming the file, and gives no holds: the agent
+// starts, and health events rebuild the state.
 func (t *Tracker) restore() {
 	if t.store == nil {
 		return
@@ -109,31 +139,25 @@ func (t *Tracker) restore() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, r := range recs {
-		if !r.Deadline.IsZero() && !r.Deadline.After(now) {
+		r.drop(func(h Hold) bool { return h.policyHold().Ended(now, t.opts.BootID) })
+		if len(r.Holds) == 0 {
 			continue
 		}
-		if r.Deadline.IsZero() && t.opts.Recovery > 0 {
-			// Saved while recovery was disabled: a fresh quiet period.
-			r.Deadline = now.Add(t.opts.Recovery)
+		if q := r.quiet(); q != nil && q.Until.IsZero() {
+			if p := t.policy.QuietPeriodFor(q.Kind); p > 0 {
+				q.Until = now.Add(p)
+			}
 		}
-		t.recs[r.Key] = &r
-		if !r.Deadline.IsZero() {
-			key := r.Key
-			t.timers[key] = t.opts.Clock.AfterFunc(r.Deadline.Sub(now), func() { t.expire(key) })
+		rec := r
+		t.recs[r.Key] = &rec
+		if q := rec.quiet(); q != nil && !q.Until.IsZero() {
+			t.armLocked(r.Key, q.Until)
 		}
+		h := rec.strongest()
 		t.log.Warn("device held Unhealthy from the health state file",
-			"device", r.Key, "gpu", r.GPUUUID, "mig", r.MIGUUID, "kind", r.Kind, "xid", r.XID,
-			"firstSeen", r.FirstSeen.Format(time.RFC3339), "recoverAt", formatDeadline(r.Deadline), "file", t.store.path)
+			"device", r.Key, "gpu", r.GPUUUID, "mig", r.MIGUUID, "effect", h.Effect, "reason", h.Reason,
+			"since", h.Since.Format(time.RFC3339), "waitsFor", h.WaitsFor(), "file", t.store.path)
 	}
-	t.metrics.records.Set(float64(len(t.recs)))
-}
-
-// formatDeadline formats a recovery deadline; zero is "never".
-func formatDeadline(d time.Time) string {
-	if d.IsZero() {
-		return "never"
-	}
-	return d.Format(time.RFC3339)
 }
 
 // changed has the state file follow the records: at once when urgent,
@@ -178,7 +202,9 @@ func (t *Tracker) flush() {
 	t.mu.Lock()
 	recs := make([]record, 0, len(t.recs))
 	for _, r := range t.recs {
-		recs = append(recs, *r)
+		c := *r
+		c.Holds = slices.Clone(r.Holds)
+		recs = append(recs, c)
 	}
 	t.mu.Unlock()
 	slices.SortFunc(recs, func(a, b record) int { return strings.Compare(a.Key, b.Key) })

@@ -2,6 +2,7 @@ package health
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,7 +60,9 @@ func TestUnhealthyAndSubscribers(t *testing.T) {
 		t.Fatalf("unhealthy at start: %v", got)
 	}
 
-	tr.Record(discovery.HealthEvent{GPUUUID: "GPU-b", Kind: discovery.EventXID, XID: 79})
+	// Until-quiet decisions: XID 61 (contact support), and a double-bit
+	// ECC error and XID 48 without NVML's evidence of a pending reset.
+	tr.Record(discovery.HealthEvent{GPUUUID: "GPU-b", Kind: discovery.EventXID, XID: 61})
 	tr.Record(discovery.HealthEvent{GPUUUID: "GPU-a", MIGUUID: "MIG-a1", Kind: discovery.EventECCDoubleBit})
 	tr.Record(discovery.HealthEvent{GPUUUID: "GPU-b", Kind: discovery.EventXID, XID: 48}) // already unhealthy
 	if got, want := keys(), []string{"GPU-b", "MIG-a1"}; !slices.Equal(got, want) {
@@ -151,24 +154,45 @@ func TestStateFileRestored(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	now := clock.Now()
+	quiet := func(until time.Time) Hold {
+		return Hold{Effect: discovery.EffectUntilQuiet, Until: until, Kind: discovery.EventXID, XID: 61, Reason: "xid-61", Since: now}
+	}
 	write(state{Version: stateVersion, Devices: []record{
-		{Key: "GPU-1", GPUUUID: "GPU-1", Kind: discovery.EventXID, XID: 79, Deadline: clock.Now().Add(-time.Second)},
-		{Key: "GPU-2", GPUUUID: "GPU-2", Kind: discovery.EventXID, XID: 48, Deadline: clock.Now().Add(time.Hour)},
-		{Key: "GPU-3", GPUUUID: "GPU-3", Kind: discovery.EventXID, XID: 48},
+		{Key: "GPU-1", GPUUUID: "GPU-1", Holds: []Hold{quiet(now.Add(-time.Second))}},
+		{Key: "GPU-2", GPUUUID: "GPU-2", Holds: []Hold{quiet(now.Add(time.Hour))}},
+		{Key: "GPU-3", GPUUUID: "GPU-3", Holds: []Hold{quiet(time.Time{})}},
+		{Key: "GPU-4", GPUUUID: "GPU-4", Holds: []Hold{{Effect: discovery.EffectUntilReboot, BootID: "boot-0", Kind: discovery.EventXID, XID: 79}}},
+		{Key: "GPU-5", GPUUUID: "GPU-5", Holds: []Hold{{Effect: discovery.EffectUntilReboot, BootID: "boot-1", Kind: discovery.EventXID, XID: 79}}},
+		{Key: "GPU-6", GPUUUID: "GPU-6", Holds: []Hold{{Effect: discovery.EffectUntilReset, Kind: discovery.EventRetiredPagesPending}}},
 	}})
-	tr := newTracker(t, Options{Recovery: time.Minute, StateDir: dir, Clock: clock})
+	tr := newTracker(t, Options{Recovery: time.Minute, StateDir: dir, Clock: clock, BootID: "boot-1"})
 	var keys []string
 	for _, d := range tr.Unhealthy() {
 		keys = append(keys, d.Key)
 	}
-	if want := []string{"GPU-2", "GPU-3"}; !slices.Equal(keys, want) {
-		t.Errorf("restored %v, want %v (GPU-1's deadline passed)", keys, want)
+	if want := []string{"GPU-2", "GPU-3", "GPU-5", "GPU-6"}; !slices.Equal(keys, want) {
+		t.Errorf("restored %v, want %v (GPU-1's deadline passed, GPU-4 was held in another boot)", keys, want)
 	}
 	clock.Advance(time.Minute)
-	if got := tr.Unhealthy(); len(got) != 1 || got[0].Key != "GPU-2" {
-		t.Errorf("a minute later: %+v, want GPU-2 only (GPU-3 got a fresh quiet period)", got)
+	keys = nil
+	for _, d := range tr.Unhealthy() {
+		keys = append(keys, d.Key)
 	}
-	for _, content := range []string{"{not json", `{"version": 99, "devices": []}`, `{"version": 1, "devices": [{"kind": "xid"}]}`} {
+	if want := []string{"GPU-2", "GPU-5", "GPU-6"}; !slices.Equal(keys, want) {
+		t.Errorf("a minute later: %v, want %v (GPU-3 got a fresh quiet period)", keys, want)
+	}
+	// A version 1 file (one deadline per device) reads as until-quiet holds.
+	v1 := fmt.Sprintf(`{"version": 1, "devices": [{"device": "GPU-7", "gpuUUID": "GPU-7", "kind": "xid", "xid": 48, "recoverAt": %q}]}`,
+		clock.Now().Add(time.Hour).Format(time.RFC3339))
+	if err := os.WriteFile(dir.Path(statedir.HealthFile), []byte(v1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := newTracker(t, Options{StateDir: dir, Clock: clock}).Unhealthy(); len(got) != 1 || got[0].Key != "GPU-7" || got[0].Effect != discovery.EffectUntilQuiet {
+		t.Errorf("version 1 file restored %+v, want GPU-7 until-quiet", got)
+	}
+	for _, content := range []string{"{not json", `{"version": 99, "devices": []}`, `{"version": 1, "devices": [{"kind": "xid"}]}`,
+		`{"version": 2, "devices": [{"device": "GPU-1", "gpuUUID": "GPU-1", "holds": [{"effect": "count"}]}]}`} {
 		if err := os.WriteFile(dir.Path(statedir.HealthFile), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +202,7 @@ func TestStateFileRestored(t *testing.T) {
 	}
 }
 func TestXIDLabelBounded(t *testing.T) {
-	for xid, want := range map[uint64]string{0: "", 79: "79", 48: "48", 119: "119", 1: "other", 18446744073709551611: "other", 100000: "other"} {
+	for xid, want := range map[uint64]string{0: "", 79: "79", 48: "48", 119: "119", 1: "1", 18446744073709551611: "other", 100000: "other"} {
 		if got := xidLabel(xid); got != want {
 			t.Errorf("xidLabel(%d) = %q, want %q", xid, got, want)
 		}

@@ -172,6 +172,7 @@ var docsRules = []docsRule{
 		"minutes long, or needs a container engine and a registry: make -n checks the targets and variables"},
 	{re(`^make( |$)`), docsRun, "the README's entry points"},
 	{re(`^(bin/)?featureplug run\b`), docsDaemon, "the agent: up after a few seconds, stops on SIGTERM"},
+	{re(`^(bin/)?featureplug health\b`), docsFail, "reads a running agent's device health; none serves that address while the test runs: it must say so and exit non-zero"},
 	{needsGPU, docsFail, "reads the machine's NVIDIA driver, which the test machine lacks: it must say so and exit non-zero"},
 	{re(`^containerd `), docsSkip, "runs on a GPU node (containerd's configuration)"},
 	{re(`^rm /etc/`), docsSkip, "runs on a GPU node, as root"},

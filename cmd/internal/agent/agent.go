@@ -48,10 +48,14 @@ type GPUSource interface {
 	Close()
 }
 
-// HealthRecorder takes the devices' health events: the one device health
-// tracker, which every sink serving devices reads.
+// HealthRecorder takes the devices' health events and the node's health
+// policy: the one device health tracker (health.Tracker).
 type HealthRecorder interface {
 	Record(ev discovery.HealthEvent)
+	SetPlan(p *plan.Plan)
+	NVMLFailing(gpus []string, err error)
+	NVMLAnswers()
+	NVMLFailure() (time.Time, error)
 }
 
 // Agent is a running featureplug daemon.
@@ -97,6 +101,10 @@ type Agent struct {
 	servedFrom *plan.Plan // the plan served was made from
 	nodeLabels map[string]string
 	stopHealth context.CancelFunc
+	// nvmlDown is the NVML error of the latest discovery, nil while NVML
+	// answers; nvmlSince is when it began (nvmlfence.go). Loop only.
+	nvmlDown  error
+	nvmlSince time.Time
 	// rulesKey identifies the rules file state last handled (content hash
 	// or kind of error); rulesMissing is set while the file is lost.
 	rulesKey     string
@@ -138,6 +146,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	inv, lib, err := a.discover()
+	if nerr := nvmlFailure(err); nerr != nil {
+		// NVML fails at start (a driver being reloaded, every GPU lost):
+		// serve nothing, say why, and re-discover until it answers.
+		inv, lib, err = &discovery.Inventory{}, nil, nil
+		a.nvmlFailingAtStart(nerr)
+	}
 	if err != nil {
 		return fmt.Errorf("discovering GPUs: %w", err)
 	}
@@ -334,9 +348,14 @@ func (a *Agent) discoverFor(rs RuleSet) (*discovery.Inventory, nvml.Interface, e
 func (a *Agent) rediscover(ctx context.Context, wg *sync.WaitGroup, why string) {
 	inv, lib, err := a.discover()
 	if err != nil {
+		if nerr := nvmlFailure(err); nerr != nil {
+			a.nvmlFailing(ctx, nerr)
+			return
+		}
 		a.log.Error("re-discovery failed; keeping the last inventory", "trigger", why, "err", err)
 		return
 	}
+	a.nvmlAnswers(ctx)
 	a.refreshNodeLabels()
 	changed := !reflect.DeepEqual(inv, a.inv)
 	a.setInventory(inv)
@@ -385,7 +404,13 @@ func (a *Agent) startupEvidence() {
 	if lib == nil {
 		return
 	}
-	w := discovery.NewHealthWatcher(lib, withLogger(a.cfg.Health, a.log.With("component", "health")))
+	if a.ruleSet != nil {
+		// The node's policy decides the evidence too.
+		if p, err := a.planFor(a.ruleSet); err == nil {
+			a.health.SetPlan(p)
+		}
+	}
+	w := discovery.NewHealthWatcher(lib, a.watcherOptions())
 	evs, _ := w.ReadEvidence(a.inv)
 	for _, ev := range evs {
 		a.health.Record(ev)
@@ -400,7 +425,7 @@ func (a *Agent) restartHealthWatcher(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	hctx, stop := context.WithCancel(ctx)
 	a.stopHealth = stop
-	w := discovery.NewHealthWatcher(a.nvml(), withLogger(a.cfg.Health, a.log.With("component", "health")))
+	w := discovery.NewHealthWatcher(a.nvml(), a.watcherOptions())
 	a.live.Running(componentHealthWatcher)
 	wg.Go(func() {
 		err := w.Run(hctx, a.current.Load, a.healthCh)
@@ -416,8 +441,12 @@ func (a *Agent) restartHealthWatcher(ctx context.Context, wg *sync.WaitGroup) {
 	})
 }
 
-func withLogger(o discovery.HealthOptions, log *slog.Logger) discovery.HealthOptions {
-	o.Logger = log
+// watcherOptions are the NVML health watcher's options: every event,
+// which the health tracker decides on with the node's policy.
+func (a *Agent) watcherOptions() discovery.HealthOptions {
+	o := a.cfg.Health
+	o.AllEvents = true
+	o.Logger = a.log.With("component", "health")
 	return o
 }
 

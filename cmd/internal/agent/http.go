@@ -44,6 +44,9 @@ func (a *Agent) handler() http.Handler {
 			e.Endpoints(mux)
 		}
 	}
+	if e, ok := a.health.(Endpoints); ok {
+		e.Endpoints(mux) // GET /debug/health: featureplug health
+	}
 	if f, ok := a.cfg.Source.(faultSource); ok {
 		mux.Handle("POST /fake/", f.FaultHandler())
 		mux.HandleFunc("POST /fake/stall", a.stallLoop)

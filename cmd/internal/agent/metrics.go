@@ -17,6 +17,7 @@ type metrics struct {
 	discoveryDuration prometheus.Histogram
 	rulesMissing      prometheus.Gauge
 	fileWatchFallback *prometheus.GaugeVec
+	nvmlAvailable     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) {
@@ -50,10 +51,15 @@ func newMetrics(reg prometheus.Registerer, ready func() bool) (*metrics, error) 
 			Name: "featureplug_file_watch_fallback",
 			Help: "1 while a watched file (file: rules, features, cdi) is checked only periodically because no inotify instance or watch could be had.",
 		}, []string{"file"}),
+		nvmlAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "featureplug_nvml_available",
+			Help: "1 while NVML answers (the latest discovery succeeded), 0 while it fails and every device of its GPUs is advertised Unhealthy.",
+		}),
 	}
+	m.nvmlAvailable.Set(1)
 	for _, c := range []prometheus.Collector{
 		m.ruleErrors, m.ruleReloads, m.planErrors, m.discoveries, m.discoveryDuration,
-		m.rulesMissing, m.fileWatchFallback,
+		m.rulesMissing, m.fileWatchFallback, m.nvmlAvailable,
 		// go_* and process_* (memory, goroutines, open fds, CPU): what an
 		// operator needs to see a leak or fd exhaustion coming.
 		&runtimeCollectors{},

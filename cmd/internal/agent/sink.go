@@ -202,6 +202,11 @@ func sameHeld(x, y *plan.Plan) bool {
 // ready returns nil while every Readiness sink is ready, else why not.
 func (a *Agent) ready() error {
 	var errs []error
+	if a.health != nil {
+		if err := a.nvmlReady(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, s := range a.sinks {
 		if r, ok := s.(Readiness); ok {
 			if err := r.Ready(); err != nil {

@@ -137,14 +137,20 @@ type Config struct {
 	// DRAInstance names the DRA driver's sockets for rolling updates (the
 	// pod's UID; see dra.NodeOptions.Instance); "" keeps the fixed names.
 	DRAInstance string
-	// Health configures the NVML health watcher.
+	// Health configures the NVML health watcher; it sends every event
+	// (AllEvents), which the health tracker decides on, and its
+	// IgnoredXIDs are the policy's XIDs of effect none, under the rules
+	// file's health section.
 	Health discovery.HealthOptions
 	// VFIOProbeInterval is how often the health of the GPUs passed through
 	// to VMs is read from sysfs; zero means health.DefaultVFIOProbeInterval.
 	VFIOProbeInterval time.Duration
-	// HealthRecovery is the quiet period after which an unhealthy device
-	// is healthy again; 0 disables recovery.
+	// HealthRecovery is the quiet period of until-quiet holds unless the
+	// rules file's health section says otherwise; 0 disables recovery.
 	HealthRecovery time.Duration
+	// BootIDFile is where the node's boot ID is read, which ends
+	// until-reboot holds when it changes (default discovery.BootIDPath).
+	BootIDFile string
 	// StateDir holds what must survive a restart (unhealthy devices,
 	// prepared DRA claims); "" keeps nothing.
 	StateDir string
@@ -295,8 +301,9 @@ type builder struct {
 func (a *Agent) buildSinks() error {
 	b := &builder{a: a}
 	var err error
-	b.tracker, err = health.New(health.Options{Recovery: a.cfg.HealthRecovery, StateDir: statedir.Dir(a.cfg.StateDir),
-		Logger: a.log.With("component", "health"), Registerer: a.registry})
+	b.tracker, err = health.New(health.Options{Recovery: a.cfg.HealthRecovery, Policy: a.flagHealthPolicy(), BootID: a.bootID(),
+		StateDir: statedir.Dir(a.cfg.StateDir),
+		Logger:   a.log.With("component", "health"), Registerer: a.registry})
 	if err != nil {
 		return err
 	}
@@ -316,6 +323,42 @@ func (a *Agent) buildSinks() error {
 		}
 	}
 	return nil
+}
+
+// nvmlLabels are the node labels of NVML's state, which the publishing
+// sink reads at each Apply: labeler.LabelNVMLUnavailable while it fails.
+func (a *Agent) nvmlLabels() map[string]string {
+	if a.nvmlReady() == nil {
+		return nil
+	}
+	return map[string]string{labeler.LabelNVMLUnavailable: "true"}
+}
+
+// flagHealthPolicy is the health policy of the flags, which the rules
+// file's health section overrides: the ignored XIDs have effect none.
+func (a *Agent) flagHealthPolicy() discovery.HealthPolicy {
+	var p discovery.HealthPolicy
+	for _, x := range a.cfg.Health.IgnoredXIDs {
+		if p.XIDs == nil {
+			p.XIDs = map[uint64]discovery.HealthEffect{}
+		}
+		p.XIDs[x] = discovery.EffectNone
+	}
+	return p
+}
+
+// bootID reads the node's boot ID; unknown ("", logged) ends no
+// until-reboot hold.
+func (a *Agent) bootID() string {
+	path := a.cfg.BootIDFile
+	if path == "" {
+		path = discovery.BootIDPath
+	}
+	id, err := discovery.ReadBootID(path)
+	if err != nil {
+		a.log.Warn("the boot ID is unknown: until-reboot health holds last until a restart of the agent sees one", "err", err)
+	}
+	return id
 }
 
 // closeOnDone is a Runner's Run that calls done when ctx ends.
@@ -488,7 +531,8 @@ func (b *builder) publishSink() (Sink, error) {
 		Publisher: pub, Labels: a.cfg.Labels,
 		Resync: a.cfg.ResyncInterval, ResyncJitter: periodJitter, Timestamp: a.cfg.TimestampLabel,
 		Backoff: retryBackoff(time.Second), DefaultServe: a.cfg.DefaultServe, MoreAnnotations: b.mpsControl,
-		Logger: a.log.With("component", "publish"), Registerer: a.registry,
+		MoreLabels: a.nvmlLabels,
+		Logger:     a.log.With("component", "publish"), Registerer: a.registry,
 	}
 	if b.plugins != nil && a.cfg.PublishHold > 0 {
 		hold := a.cfg.PublishHold
