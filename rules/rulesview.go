@@ -41,6 +41,10 @@ type RuleView struct {
 	Sharing plan.Sharing
 	// Serve is the API the rule chose, "" when it left it to the agent.
 	Serve plan.Serve
+	// Dynamic is set on a rule that partitions the GPUs it matches on
+	// demand (mig.partition: dynamic): its resource names are those of
+	// the plans' DynamicMIG, one per offered profile and the whole GPU.
+	Dynamic bool
 }
 
 // Views returns a view of every rule, in order.
@@ -59,6 +63,7 @@ func (rs *RuleSet) Views() []RuleView {
 			Template:      r.tmpl != nil,
 			Sharing:       r.sharing,
 			Serve:         r.serve,
+			Dynamic:       r.dynamic != nil,
 		}
 		if r.sharing.MPS != nil {
 			mps := *r.sharing.MPS

@@ -46,6 +46,11 @@ const defaultStateDir = "/var/lib/featureplug"
 // agent carries on with its periodic file checks.
 const noInotifyEnv = "FEATUREPLUG_TEST_NO_INOTIFY"
 
+// dynMIGCrashEnv names a dynamic MIG prepare step (dra.PrepareSteps) at
+// which the agent kills itself with SIGKILL. It is a test hook: the crash
+// tests use it to stop a prepare at each step.
+const dynMIGCrashEnv = "FEATUREPLUG_TEST_DYNMIG_CRASH_AT"
+
 // runFlags are the flags of `featureplug run`.
 type runFlags struct {
 	src                sourceFlags
@@ -429,6 +434,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		FileCheckInterval: f.fileCheckInterval,
 		FileSettle:        f.fileSettle,
 		NoInotify:         os.Getenv(noInotifyEnv) == "1",
+		DRACrashAt:        os.Getenv(dynMIGCrashEnv),
 		HealthRecovery:    f.healthRecovery,
 		VFIOProbeInterval: f.vfioHealthInterval,
 		StateDir:          prepareStateDir(f.stateDir, log),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 
 	"github.com/spf13/pflag"
 
@@ -50,6 +51,11 @@ func (s sourceFlags) open() (agent.GPUSource, error) {
 		var opts []gpusource.FakeOption
 		if s.sysfsRoot != "" && s.sysfsRoot != "/" {
 			opts = append(opts, gpusource.WithFakeSysfsRoot(s.sysfsRoot))
+		}
+		if s.driverRoot != "" && s.driverRoot != "/" {
+			// The fake driver keeps its MIG devices across restarts,
+			// as a real one does while the machine is up.
+			opts = append(opts, gpusource.WithFakeMIGState(filepath.Join(s.driverRoot, fakenode.MIGStateFile)))
 		}
 		return gpusource.OpenFake(s.fakeNode, opts...)
 	}

@@ -172,7 +172,11 @@ func (n *Node) ResetGPU(gpuIndex int) error {
 		if g.migCtl.inUse {
 			return fmt.Errorf("fake node %s: GPU %d is in use by another process and cannot be reset", n.Name(), gpuIndex)
 		}
+		snap := g.snapshotLocked()
 		g.resetLocked()
+		if !snap.commitLocked() {
+			return fmt.Errorf("fake node %s: GPU %d: its MIG state cannot be kept", n.Name(), gpuIndex)
+		}
 		return nil
 	})
 }

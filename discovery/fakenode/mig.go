@@ -259,9 +259,13 @@ func (g *gpu) createGPUInstance(p *migProfile, start int) (*gpuInstance, nvml.Re
 	} else if used&slotMask(start, p.size) != 0 {
 		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
 	}
+	snap := g.snapshotLocked()
 	gi := &gpuInstance{gpu: g, id: gpuInstanceID(p.size, start), profile: p, start: start}
 	g.gis = append(g.gis, gi)
 	slices.SortFunc(g.gis, func(a, b *gpuInstance) int { return int(a.id) - int(b.id) })
+	if !snap.commitLocked() {
+		return nil, nvml.ERROR_UNKNOWN
+	}
 	return gi, nvml.SUCCESS
 }
 
@@ -325,8 +329,12 @@ func (gi *gpuInstance) Destroy() nvml.Return {
 	if len(gi.cis) > 0 {
 		return nvml.ERROR_IN_USE
 	}
+	snap := gi.gpu.snapshotLocked()
 	gi.destroyed = true
 	gi.gpu.gis = slices.DeleteFunc(gi.gpu.gis, func(x *gpuInstance) bool { return x == gi })
+	if !snap.commitLocked() {
+		return nvml.ERROR_UNKNOWN
+	}
 	return nvml.SUCCESS
 }
 
@@ -453,6 +461,7 @@ func (gi *gpuInstance) createComputeInstance(c int) (*computeInstance, nvml.Retu
 	if gi.usedComputeLocked()+c > gi.profile.compute {
 		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
 	}
+	snap := gi.gpu.snapshotLocked()
 	var id uint32
 	for slices.ContainsFunc(gi.cis, func(ci *computeInstance) bool { return ci.id == id }) {
 		id++
@@ -464,6 +473,9 @@ func (gi *gpuInstance) createComputeInstance(c int) (*computeInstance, nvml.Retu
 	ci.handle = newMIGHandle(ci)
 	gi.cis = append(gi.cis, ci)
 	slices.SortFunc(gi.cis, func(a, b *computeInstance) int { return int(a.id) - int(b.id) })
+	if !snap.commitLocked() {
+		return nil, nvml.ERROR_UNKNOWN
+	}
 	return ci, nvml.SUCCESS
 }
 
@@ -533,8 +545,12 @@ func (ci *computeInstance) Destroy() nvml.Return {
 	if ci.inUse {
 		return nvml.ERROR_IN_USE
 	}
+	snap := ci.gi.gpu.snapshotLocked()
 	ci.destroyed = true
 	ci.gi.cis = slices.DeleteFunc(ci.gi.cis, func(x *computeInstance) bool { return x == ci })
+	if !snap.commitLocked() {
+		return nvml.ERROR_UNKNOWN
+	}
 	return nvml.SUCCESS
 }
 

@@ -100,22 +100,34 @@ func (h *gpuHandle) SetMigMode(mode int) (nvml.Return, nvml.Return) {
 	if mode == nvml.DEVICE_MIG_DISABLE && len(g.gis) > 0 {
 		return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
 	}
-	g.migCtl.pending = mode == nvml.DEVICE_MIG_ENABLE
+	snap := g.snapshotLocked()
+	activation := g.setMigModeLocked(mode == nvml.DEVICE_MIG_ENABLE)
+	if !snap.commitLocked() {
+		return nvml.ERROR_UNKNOWN, nvml.ERROR_UNKNOWN
+	}
+	return activation, nvml.SUCCESS
+}
+
+// setMigModeLocked records the MIG mode asked for as pending and
+// activates it where it can, returning the activation status. The caller
+// holds node.mu for writing.
+func (g *gpu) setMigModeLocked(enable bool) nvml.Return {
+	g.migCtl.pending = enable
 	if g.migCtl.pending == g.migEnabled {
-		return nvml.SUCCESS, nvml.SUCCESS
+		return nvml.SUCCESS
 	}
 	if g.migCtl.inUse {
-		return nvml.ERROR_IN_USE, nvml.SUCCESS
+		return nvml.ERROR_IN_USE
 	}
 	if g.modeChangeNeedsReset() {
 		if g.migCtl.resetUnavailable {
-			return nvml.ERROR_RESET_REQUIRED, nvml.SUCCESS
+			return nvml.ERROR_RESET_REQUIRED
 		}
 		g.resetLocked()
-		return nvml.SUCCESS, nvml.SUCCESS
+		return nvml.SUCCESS
 	}
 	g.migEnabled = g.migCtl.pending
-	return nvml.SUCCESS, nvml.SUCCESS
+	return nvml.SUCCESS
 }
 
 // resetLocked resets the GPU as nvidia-smi --gpu-reset does: the pending

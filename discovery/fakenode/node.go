@@ -55,6 +55,10 @@ type Node struct {
 	// running is set once the file's MIG devices are made: MIG devices
 	// created after that get UUIDs of their own (mig_create.go).
 	running bool
+	// digest identifies the node file's content; migStatePath is the
+	// file the MIG state is kept in, "" for none (mig_state.go).
+	digest       string
+	migStatePath string
 }
 
 // MaxFileSize is the largest fake node file Load, ReadFile and Parse
@@ -82,6 +86,7 @@ func Parse(source string, data []byte) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
+	n.digest = digestOf(data)
 	return n, nil
 }
 

@@ -84,6 +84,9 @@ type Fake struct {
 	// vfio-pci (vfio.go); removeSysfs when it is temporary.
 	sysfsDir    string
 	removeSysfs bool
+	// migState is the file the fake node keeps its MIG state in, "" for
+	// none (WithFakeMIGState).
+	migState string
 }
 
 // OpenFake opens a bundled fake node or a fake-node file.
@@ -100,6 +103,9 @@ func OpenFake(nameOrPath string, opts ...FakeOption) (*Fake, error) {
 		s.isFile, s.data = true, data
 	}
 	if err := initFake(node); err != nil {
+		return nil, err
+	}
+	if err := s.keepMIGState(node); err != nil {
 		return nil, err
 	}
 	if err := s.layOutSysfs(node); err != nil {
@@ -133,6 +139,9 @@ func (s *Fake) Discover() (*discovery.Inventory, nvml.Interface, error) {
 				return nil, nil, err
 			}
 			if err := initFake(node); err != nil {
+				return nil, nil, err
+			}
+			if err := s.keepMIGState(node); err != nil {
 				return nil, nil, err
 			}
 			if err := s.layOutSysfs(node); err != nil {

@@ -29,6 +29,9 @@ const (
 	// DRASliceMarkerFile records that the node may have a ResourceSlice
 	// of featureplug's (plugin/dra).
 	DRASliceMarkerFile = "dra-slice"
+	// DRAPendingMIGFile records the MIG devices a DRA prepare is about to
+	// create, until the claim's checkpoint holds them (plugin/dra).
+	DRAPendingMIGFile = "dra-pending-mig.json"
 )
 
 // Dir is the state directory; the empty Dir keeps nothing (persistence

@@ -58,6 +58,12 @@ func (w Writer) Write(kind string, spec *specs.Spec) (bool, error) {
 	if spec.Kind != kind {
 		return false, fmt.Errorf("CDI spec %s: kind is %q, want %q", path, spec.Kind, kind)
 	}
+	return writeSpec(path, spec)
+}
+
+// writeSpec writes spec to path unless it holds it already, through a
+// temporary file that must load as a spec, and reports whether it wrote.
+func writeSpec(path string, spec *specs.Spec) (bool, error) {
 	data, err := yaml.Marshal(spec)
 	if err != nil {
 		return false, fmt.Errorf("CDI spec %s: %w", path, err)
@@ -115,6 +121,9 @@ func (w Writer) RemoveStale(keepKinds ...string) ([]string, error) {
 // isOwnFile reports whether a file name in the spec directory is one
 // featureplug writes: a spec named by FileName or a Writer temporary file.
 func isOwnFile(name string) bool {
+	if strings.HasPrefix(name, claimFilePrefix) || strings.HasPrefix(name, "."+claimFilePrefix) {
+		return false // a prepared DRA claim's (claimspec.go)
+	}
 	if strings.HasPrefix(name, "."+filePrefix) && strings.HasSuffix(name, ".tmp") {
 		return true
 	}

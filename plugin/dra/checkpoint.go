@@ -49,6 +49,9 @@ type PreparedDevice struct {
 	AdminAccess bool `json:"adminAccess,omitempty"`
 	// Status is the device's data in the claim's status.devices.
 	Status *DeviceStatusData `json:"status,omitempty"`
+	// MIG is what Prepare created for a device of a GPU partitioned on
+	// demand (dynmig_prepare.go); nil for any other device.
+	MIG *CreatedMIG `json:"mig,omitempty"`
 }
 
 // PreparedClaim is a claim prepared on this node.

@@ -101,6 +101,9 @@ type NodeOptions struct {
 	// Clock drives the device health heartbeat (HealthHeartbeat); nil
 	// is the real clock.
 	Clock clock.WithTicker
+	// Partition prepares the devices of GPUs partitioned on demand; its
+	// zero value refuses them.
+	Partition Partitioner
 }
 
 // Node is the kubelet-facing half of the DRA driver: the plugin
@@ -133,6 +136,12 @@ type Node struct {
 
 	// health holds the DRAResourceHealth streams' state (health.go).
 	health healthState
+	// created are the MIG devices created for the claims (dynmig_prepare.go).
+	created createdSet
+	// pending are the MIG devices prepares are creating, by claim UID,
+	// and journal their file (dynmig_journal.go); guarded by mu.
+	pending map[string][]PendingMIG
+	journal *journal
 
 	// statusMu guards statusPending: the UIDs of prepared claims whose
 	// status write failed, which retryStatuses writes again.
@@ -172,6 +181,8 @@ func NewNode(opts NodeOptions) (*Node, error) {
 		regPath: filepath.Join(opts.RegistryDir, registrationSocketName(opts.RegistryDir, opts.Instance)),
 		draPath: filepath.Join(opts.PluginDir, pluginSocketName(opts.Instance)),
 		claims:  map[string]PreparedClaim{},
+		pending: map[string][]PendingMIG{},
+		journal: newJournal(opts.StateDir),
 
 		statusPending: map[string]bool{},
 	}
@@ -197,10 +208,28 @@ func NewNode(opts NodeOptions) (*Node, error) {
 			return nil, err
 		default:
 			n.claims = claims
+			for _, c := range claims {
+				for _, d := range c.Devices {
+					if d.MIG != nil && d.MIG.UUID != "" {
+						n.created.add(d.MIG.UUID)
+					}
+				}
+			}
 			if len(claims) > 0 {
 				n.log.Info("restored prepared DRA claims from the checkpoint", "file", n.ckpt.path, "claims", len(claims))
 			}
 		}
+	}
+	pending, err := n.journal.load()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pending {
+		n.pending[p.UID] = append(n.pending[p.UID], p)
+		n.created.addPlacement(placementKey(p.MIG.GPU, p.MIG))
+	}
+	if len(pending) > 0 {
+		n.log.Info("MIG devices a prepare was creating when the agent stopped; the kubelet's retry finishes them, its unprepare destroys them", "pending", len(pending))
 	}
 	n.metrics.preparedClaims.Set(float64(len(n.claims)))
 	return n, nil

@@ -105,6 +105,7 @@ func (n *Node) prepareClaims(ctx context.Context, claims []*drapbv1.Claim) (*dra
 		for _, uid := range added {
 			pc := n.claims[uid]
 			delete(n.claims, uid)
+			n.rollBackDynamic(pc)
 			resp.Claims[uid] = &drapbv1.NodePrepareResourceResponse{
 				Error: fmt.Sprintf("claim %s: not prepared: its devices cannot be checkpointed: %v", pc, err),
 			}
@@ -114,6 +115,8 @@ func (n *Node) prepareClaims(ctx context.Context, claims []*drapbv1.Claim) (*dra
 		n.metrics.preparedClaims.Set(float64(len(n.claims)))
 		return resp, prepared
 	}
+	n.settlePending(added)
+	n.preparedDynamic(added)
 	for _, uid := range added {
 		pc := n.claims[uid]
 		resp.Claims[uid] = pc.response()
@@ -142,8 +145,21 @@ func (s *draService) NodeUnprepareResources(_ context.Context, req *drapbv1.Node
 		uid := c.GetUid()
 		resp.Claims[uid] = &drapbv1.NodeUnprepareResourceResponse{}
 		if pc, ok := n.claims[uid]; ok {
+			if err := n.unprepareDynamic(pc); err != nil { // dynmig_prepare.go
+				resp.Claims[uid].Error = fmt.Sprintf("claim %s: not unprepared: %v", pc, err)
+				n.metrics.unprepares.WithLabelValues(resultError).Inc()
+				n.log.Warn("DRA claim not unprepared", "claim", pc.String(), "err", err)
+				continue
+			}
 			removed[uid] = pc
 			delete(n.claims, uid)
+			continue
+		}
+		if _, ok := n.pending[uid]; ok {
+			if err := n.unpreparePending(uid); err != nil { // dynmig_journal.go
+				resp.Claims[uid].Error = fmt.Sprintf("claim %s: not unprepared: %v", claimRef(c.GetNamespace(), c.GetName(), uid), err)
+				n.metrics.unprepares.WithLabelValues(resultError).Inc()
+			}
 			continue
 		}
 		n.metrics.unprepares.WithLabelValues(resultUnknown).Inc()
@@ -231,6 +247,19 @@ func (n *Node) prepare(c *drapbv1.Claim, f fetchedClaim, table *Table) (Prepared
 			problem("device %q (request %q): unknown device: this node does not serve it through DRA now", r.Device, r.Request)
 			continue
 		}
+		if d.Partition != nil {
+			m, ids, err := n.prepareDynamic(pc, d) // dynmig_prepare.go
+			if err != nil {
+				problem("device %q (request %q, resource %s): %v", r.Device, r.Request, d.Resource, err)
+				continue
+			}
+			st := deviceStatusData(d)
+			if m.UUID != "" {
+				st.UUID = m.UUID
+			}
+			pc.Devices = append(pc.Devices, PreparedDevice{Requests: []string{baseRequest(r.Request)}, Pool: r.Pool, Device: r.Device, CDIDeviceIDs: ids, MIG: m, Status: st})
+			continue
+		}
 		if len(d.CDIDevices) == 0 {
 			problem("device %q (request %q, resource %s): no CDI device IDs to give the container", r.Device, r.Request, d.Resource)
 			continue
@@ -249,6 +278,7 @@ func (n *Node) prepare(c *drapbv1.Claim, f fetchedClaim, table *Table) (Prepared
 		pc.Devices = append(pc.Devices, pd)
 	}
 	if nproblems > 0 {
+		n.rollBackDynamic(pc)
 		msg := strings.Join(problems, "; ")
 		if nproblems > len(problems) {
 			msg += fmt.Sprintf("; and %d more", nproblems-len(problems))

@@ -50,6 +50,8 @@ func NewNodeSink(node *Node, sink *Sink, retry wait.Backoff, log *slog.Logger) *
 	}
 	s := &NodeSink{node: node, log: log, retry: retry, start: make(chan struct{})}
 	sink.OnTableChange(node.TableChanged)
+	created := node.CreatedMIG
+	sink.createdMIG.Store(&created)
 	if node.PreparedClaims() > 0 {
 		s.Activate("prepared claims in the checkpoint")
 	}
@@ -70,6 +72,11 @@ func (s *NodeSink) Apply(_ context.Context, _ *discovery.Inventory, p *plan.Plan
 	}
 	return nil
 }
+
+// Reserved implements the agent's Reserver: the MIG devices created for
+// the prepared claims, which no other resource may serve while the claims
+// hold them (after a rules edit that stopped partitioning their GPU).
+func (s *NodeSink) Reserved() map[string]string { return s.node.reservedMIG() }
 
 // Activate starts the server (once); why says what made DRA in use.
 func (s *NodeSink) Activate(why string) {

@@ -10,6 +10,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -82,13 +83,15 @@ type PublisherConfig struct {
 	Logger *slog.Logger
 }
 
-// Publisher keeps the node's ResourceSlice of driver gpu.featureplug.io
-// equal to the devices last offered: one slice named SliceName(node),
-// spec.nodeName and pool name the node, owned by the Node, created when
-// absent, updated when its content differs (compared semantically, as the
-// API server stores it), with the pool generation increased on each
-// change; other slices of the driver on the node (left by an older
-// version) are deleted. It watches the node's slices, so a slice deleted
+// Publisher keeps the node's ResourceSlices of driver gpu.featureplug.io
+// equal to the slices last offered: the first named SliceName(node), the
+// others SliceNameAt(node, i), spec.nodeName and pool name the node, owned
+// by the Node, created when absent, updated when their content differs
+// (compared semantically, as the API server stores it); any change
+// rewrites every slice of the pool with the pool generation increased and
+// the pool's slice count, so the scheduler never sees a mix of old and new
+// slices as one pool. Other slices of the driver on the node (left by an
+// older version, or a pool that shrank) are deleted. It watches the node's slices, so a slice deleted
 // or edited behind its back is written again, and retries API errors with
 // a jittered, capped backoff, keeping the last offered state. Offering
 // devices equal to the published ones writes nothing.
@@ -99,8 +102,8 @@ type Publisher struct {
 	kick chan struct{}
 
 	mu sync.Mutex
-	// desired is the devices last offered; nil before the first Offer.
-	desired []resourceapi.Device
+	// desired is the slices last offered; nil before the first Offer.
+	desired []SliceContent
 	offered bool
 	active  bool
 
@@ -111,7 +114,8 @@ type Publisher struct {
 	// API server stored for it: a server that drops fields it does not
 	// know (a feature gate off) stores less than was sent, and that
 	// stored form must count as equal, or every sync would write again.
-	lastSent, lastStored *resourceapi.ResourceSliceSpec
+	// Both are kept per slice name.
+	lastSent, lastStored map[string]*resourceapi.ResourceSliceSpec
 	warnedDrop           bool
 
 	// onIdle, when set, is called each time Run passes over an offer it
@@ -133,14 +137,56 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Publisher{cfg: cfg, name: SliceName(cfg.NodeName), log: cfg.Logger, kick: make(chan struct{}, 1), active: cfg.Active}, nil
+	return &Publisher{cfg: cfg, name: SliceName(cfg.NodeName), log: cfg.Logger, kick: make(chan struct{}, 1), active: cfg.Active,
+		lastSent: map[string]*resourceapi.ResourceSliceSpec{}, lastStored: map[string]*resourceapi.ResourceSliceSpec{}}, nil
+}
+
+// SliceContent is what one ResourceSlice of the node's pool holds:
+// devices, or (partitionable devices) the counter sets devices of other
+// slices of the pool consume.
+type SliceContent struct {
+	Devices        []resourceapi.Device
+	SharedCounters []resourceapi.CounterSet
+}
+
+// empty reports whether c holds nothing.
+func (c SliceContent) empty() bool { return len(c.Devices) == 0 && len(c.SharedCounters) == 0 }
+
+// contentEqual reports whether two offers are the same slices.
+func contentEqual(a, b []SliceContent) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !DevicesEqual(a[i].Devices, b[i].Devices) || !countersEqual(a[i].SharedCounters, b[i].SharedCounters) {
+			return false
+		}
+	}
+	return true
+}
+
+// countersEqual compares counter sets as the API server stores them.
+func countersEqual(a, b []resourceapi.CounterSet) bool {
+	return reflect.DeepEqual(a, b) || equality.Semantic.DeepEqual(a, b)
 }
 
 // SliceName is the name of the node's ResourceSlice:
 // "<node>-gpu.featureplug.io", with the node name shortened and a hash
 // added when that would be longer than a name may be.
-func SliceName(node string) string {
-	const suffix = "-" + DriverName
+func SliceName(node string) string { return sliceName(node, "-"+DriverName) }
+
+// SliceNameAt is the name of the node's slice i > 0 when its pool holds
+// several: "<node>-gpu.featureplug.io-<i>" (shortened as SliceName is).
+func SliceNameAt(node string, i int) string {
+	if i == 0 {
+		return SliceName(node)
+	}
+	return sliceName(node, "-"+DriverName+"-"+strconv.Itoa(i))
+}
+
+// sliceName is node with suffix, the node name shortened and a hash added
+// when that would be longer than a name may be.
+func sliceName(node, suffix string) string {
 	const maxLen = 253
 	if len(node)+len(suffix) <= maxLen {
 		return node + suffix
@@ -154,26 +200,47 @@ func SliceName(node string) string {
 // Name returns the name of the slice the Publisher writes.
 func (p *Publisher) Name() string { return p.name }
 
-// Offered returns how many devices the latest offer holds.
+// Offered returns how many devices and counter sets the latest offer
+// holds.
 func (p *Publisher) Offered() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.desired)
+	n := 0
+	for _, c := range p.desired {
+		n += len(c.Devices) + len(c.SharedCounters)
+	}
+	return n
 }
 
-// Offer makes devs the devices to publish (nil or empty: no slice). It
-// does not block; the latest offer wins.
+// Offer makes devs the devices to publish in one slice (nil or empty: no
+// slice). It does not block; the latest offer wins.
 func (p *Publisher) Offer(devs []resourceapi.Device) {
+	var pool []SliceContent
+	if len(devs) > 0 {
+		pool = []SliceContent{{Devices: devs}}
+	}
+	p.OfferSlices(pool)
+}
+
+// OfferSlices makes slices the node's pool (empty ones left out; none:
+// no slice). It does not block; the latest offer wins.
+func (p *Publisher) OfferSlices(pool []SliceContent) {
+	var kept []SliceContent
+	for _, c := range pool {
+		if !c.empty() {
+			kept = append(kept, c)
+		}
+	}
 	p.mu.Lock()
-	if p.offered && DevicesEqual(p.desired, devs) {
+	if p.offered && contentEqual(p.desired, kept) {
 		// Published already, or being published; the watch restores
 		// what others change.
 		p.mu.Unlock()
 		return
 	}
-	p.desired = devs
+	p.desired = kept
 	p.offered = true
-	if len(devs) > 0 {
+	if len(kept) > 0 {
 		p.active = true
 	}
 	p.mu.Unlock()
@@ -188,7 +255,7 @@ func (p *Publisher) poke() {
 }
 
 // state returns what to publish.
-func (p *Publisher) state() (devs []resourceapi.Device, offered, active bool) {
+func (p *Publisher) state() (want []SliceContent, offered, active bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.desired, p.offered, p.active
@@ -274,15 +341,21 @@ func (p *Publisher) watch(ctx context.Context) {
 
 // sync makes the API server hold the desired state: it lists the node's
 // slices (a fresh read, not a cache that may lag the Publisher's own
-// writes) and writes only what differs.
+// writes) and writes only what differs. A pool whose slices all hold what
+// is wanted is left alone; otherwise every slice of it is written with the
+// next generation, then the slices it no longer has are deleted.
 func (p *Publisher) sync(ctx context.Context) error {
-	devs, _, _ := p.state()
+	want, _, _ := p.state()
 	list, err := p.cfg.Slices.List(ctx, metav1.ListOptions{FieldSelector: p.selector()})
 	if err != nil {
 		return fmt.Errorf("listing the ResourceSlices of node %s: %w", p.cfg.NodeName, err)
 	}
-	var ours *resourceapi.ResourceSlice
-	var errs []error
+	names := make([]string, len(want))
+	for i := range want {
+		names[i] = SliceNameAt(p.cfg.NodeName, i)
+	}
+	have := map[string]*resourceapi.ResourceSlice{}
+	var stale []*resourceapi.ResourceSlice
 	for i := range list.Items {
 		s := &list.Items[i]
 		// The field selector is the server's; check again (a fake
@@ -291,10 +364,26 @@ func (p *Publisher) sync(ctx context.Context) error {
 			continue
 		}
 		p.generation = max(p.generation, s.Spec.Pool.Generation)
-		if s.Name == p.name && len(devs) > 0 {
-			ours = s
-			continue
+		if slices.Contains(names, s.Name) {
+			have[s.Name] = s
+		} else {
+			stale = append(stale, s)
 		}
+	}
+	var errs []error
+	if len(want) > 0 {
+		// The Node's UID for the owner reference, read each sync (from
+		// the agent's Node cache: no request in a steady state), so a
+		// Node deleted and registered again owns the slices anew
+		// instead of the garbage collector deleting them over and over.
+		if err := p.readNodeUID(ctx); err != nil {
+			return err
+		}
+		if err := p.writePool(ctx, want, names, have); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, s := range stale {
 		if err := p.cfg.Slices.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			errs = append(errs, fmt.Errorf("deleting ResourceSlice %s: %w", s.Name, err))
 			continue
@@ -302,50 +391,53 @@ func (p *Publisher) sync(ctx context.Context) error {
 		p.wrote("delete")
 		p.log.Info("deleted a ResourceSlice the node no longer needs", "slice", s.Name, "devices", len(s.Spec.Devices))
 	}
-	if len(devs) == 0 {
-		return errors.Join(errs...)
+	return errors.Join(errs...)
+}
+
+// writePool writes every slice of the pool with the next generation,
+// unless all of them hold what is wanted already.
+func (p *Publisher) writePool(ctx context.Context, want []SliceContent, names []string, have map[string]*resourceapi.ResourceSlice) error {
+	specs := make([]resourceapi.ResourceSliceSpec, len(want))
+	same := true
+	for i := range want {
+		specs[i] = p.desiredSpec(want[i], len(want))
+		h := have[names[i]]
+		same = same && h != nil && p.same(names[i], &h.Spec, &specs[i]) && p.ownedByNode(h)
 	}
-	want := p.desiredSpec(devs)
-	// The Node's UID for the owner reference, read each sync (from the
-	// agent's Node cache: no request in a steady state), so a Node
-	// deleted and registered again owns the slice anew instead of the
-	// garbage collector deleting it over and over.
-	if err := p.readNodeUID(ctx); err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	if ours != nil {
-		if p.same(&ours.Spec, &want) && p.ownedByNode(ours) {
-			return errors.Join(errs...)
-		}
-		next := ours.DeepCopy()
-		p.generation++
-		want.Pool.Generation = p.generation
-		keepTaintTimes(want.Devices, ours.Spec.Devices)
-		next.Spec = want
-		next.OwnerReferences = p.ownerRefs()
-		stored, err := p.cfg.Slices.Update(ctx, next, metav1.UpdateOptions{})
-		if err != nil {
-			return errors.Join(append(errs, fmt.Errorf("updating ResourceSlice %s: %w", p.name, err))...)
-		}
-		p.stored(&want, stored)
-		p.wrote("update")
-		p.log.Info("ResourceSlice updated", "slice", p.name, "devices", len(want.Devices), "generation", p.generation)
-		return errors.Join(errs...)
+	if same {
+		return nil
 	}
 	p.generation++
-	want.Pool.Generation = p.generation
-	slice := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: p.name, OwnerReferences: p.ownerRefs()},
-		Spec:       want,
+	for i := range specs {
+		spec := &specs[i]
+		spec.Pool.Generation = p.generation
+		if h := have[names[i]]; h != nil {
+			next := h.DeepCopy()
+			keepTaintTimes(spec.Devices, h.Spec.Devices)
+			next.Spec = *spec
+			next.OwnerReferences = p.ownerRefs()
+			stored, err := p.cfg.Slices.Update(ctx, next, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("updating ResourceSlice %s: %w", names[i], err)
+			}
+			p.stored(names[i], spec, stored)
+			p.wrote("update")
+			p.log.Info("ResourceSlice updated", "slice", names[i], "devices", len(spec.Devices), "counterSets", len(spec.SharedCounters), "generation", p.generation)
+			continue
+		}
+		slice := &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: names[i], OwnerReferences: p.ownerRefs()},
+			Spec:       *spec,
+		}
+		stored, err := p.cfg.Slices.Create(ctx, slice, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating ResourceSlice %s: %w", names[i], err)
+		}
+		p.stored(names[i], spec, stored)
+		p.wrote("create")
+		p.log.Info("ResourceSlice created", "slice", names[i], "devices", len(spec.Devices), "counterSets", len(spec.SharedCounters), "generation", p.generation)
 	}
-	stored, err := p.cfg.Slices.Create(ctx, slice, metav1.CreateOptions{})
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("creating ResourceSlice %s: %w", p.name, err))...)
-	}
-	p.stored(&want, stored)
-	p.wrote("create")
-	p.log.Info("ResourceSlice created", "slice", p.name, "devices", len(want.Devices), "generation", p.generation)
-	return errors.Join(errs...)
+	return nil
 }
 
 func (p *Publisher) wrote(op string) {
@@ -354,50 +446,57 @@ func (p *Publisher) wrote(op string) {
 	}
 }
 
-// desiredSpec is the slice's spec for devs, generation aside.
-func (p *Publisher) desiredSpec(devs []resourceapi.Device) resourceapi.ResourceSliceSpec {
+// desiredSpec is the spec of a slice of c in a pool of count slices,
+// generation aside.
+func (p *Publisher) desiredSpec(c SliceContent, count int) resourceapi.ResourceSliceSpec {
 	node := p.cfg.NodeName
-	out := make([]resourceapi.Device, len(devs))
-	for i := range devs {
-		devs[i].DeepCopyInto(&out[i])
-	}
-	return resourceapi.ResourceSliceSpec{
+	spec := resourceapi.ResourceSliceSpec{
 		Driver:   DriverName,
-		Pool:     resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
+		Pool:     resourceapi.ResourcePool{Name: node, ResourceSliceCount: int64(count)},
 		NodeName: &node,
-		Devices:  out,
 	}
+	if len(c.Devices) > 0 {
+		spec.Devices = make([]resourceapi.Device, len(c.Devices))
+		for i := range c.Devices {
+			c.Devices[i].DeepCopyInto(&spec.Devices[i])
+		}
+	}
+	for i := range c.SharedCounters {
+		spec.SharedCounters = append(spec.SharedCounters, *c.SharedCounters[i].DeepCopy())
+	}
+	return spec
 }
 
 // same reports whether the stored spec have already publishes want: equal
 // devices (a taint's TimeAdded, which the server sets, aside), driver,
 // node and pool (its generation aside), or exactly what the server stored
 // the last time it was sent want.
-func (p *Publisher) same(have, want *resourceapi.ResourceSliceSpec) bool {
+func (p *Publisher) same(name string, have, want *resourceapi.ResourceSliceSpec) bool {
 	if have.Driver != want.Driver || ptr.Deref(have.NodeName, "") != ptr.Deref(want.NodeName, "") ||
 		have.Pool.Name != want.Pool.Name || have.Pool.ResourceSliceCount != want.Pool.ResourceSliceCount ||
 		have.NodeSelector != nil || ptr.Deref(have.AllNodes, false) || have.PerDeviceNodeSelection != nil ||
-		len(have.SharedCounters) > 0 || have.PartitionTypeAttribute != nil || len(have.SkipNodeOperations) > 0 {
+		!countersEqual(have.SharedCounters, want.SharedCounters) || have.PartitionTypeAttribute != nil || len(have.SkipNodeOperations) > 0 {
 		return false
 	}
 	if DevicesEqual(have.Devices, want.Devices) {
 		return true
 	}
-	return p.lastSent != nil && p.lastStored != nil &&
-		DevicesEqual(p.lastSent.Devices, want.Devices) && DevicesEqual(p.lastStored.Devices, have.Devices)
+	sent, stored := p.lastSent[name], p.lastStored[name]
+	return sent != nil && stored != nil &&
+		DevicesEqual(sent.Devices, want.Devices) && DevicesEqual(stored.Devices, have.Devices)
 }
 
 // stored remembers what the server stored for sent, and warns once when
 // it dropped fields (an API server with a DRA feature gate off).
-func (p *Publisher) stored(sent *resourceapi.ResourceSliceSpec, got *resourceapi.ResourceSlice) {
+func (p *Publisher) stored(name string, sent *resourceapi.ResourceSliceSpec, got *resourceapi.ResourceSlice) {
 	if got == nil {
 		return
 	}
 	s := sent.DeepCopy()
-	p.lastSent, p.lastStored = s, got.Spec.DeepCopy()
+	p.lastSent[name], p.lastStored[name] = s, got.Spec.DeepCopy()
 	if !DevicesEqual(s.Devices, got.Spec.Devices) && !p.warnedDrop {
 		p.warnedDrop = true
-		p.log.Warn("the API server stored the ResourceSlice without some of its fields (is a DRA feature gate such as DRADeviceTaints or DRAConsumableCapacity off?)", "slice", p.name)
+		p.log.Warn("the API server stored the ResourceSlice without some of its fields (is a DRA feature gate such as DRADeviceTaints, DRAConsumableCapacity or DRAPartitionableDevices off?)", "slice", name)
 	}
 }
 

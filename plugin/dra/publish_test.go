@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -428,5 +429,35 @@ func TestPublisherFollowsTheNodesUID(t *testing.T) {
 	h.settle(t)
 	if w, _, _ := h.rec.counts(); w["update"] != 1 || w["create"] != 1 {
 		t.Errorf("writes %v, want one create and one update", w)
+	}
+}
+
+// A pool of several slices is written whole with one generation; when it
+// shrinks, the slices it no longer has are deleted and the rest carry the
+// new count; an unchanged pool writes nothing.
+func TestPublisherPoolOfSlices(t *testing.T) {
+	h := startPublisher(t, true)
+	devs := pubDevices(t, nil)
+	counters := []resourceapi.CounterSet{{Name: "gpu-0-counters", Counters: map[string]resourceapi.Counter{"compute-slices": {Value: resource.MustParse("7")}}}}
+	h.pub.OfferSlices([]SliceContent{{Devices: devs}, {SharedCounters: counters}})
+	h.rec.waitFor(t, "two slices created", func(w map[string]int, _, _ int) bool { return w["create"] == 2 })
+	for _, name := range []string{SliceName(pubNode), SliceNameAt(pubNode, 1)} {
+		s := h.slice(t, name)
+		if s.Spec.Pool.ResourceSliceCount != 2 || s.Spec.Pool.Generation != 1 {
+			t.Errorf("slice %s: pool %+v, want count 2, generation 1", name, s.Spec.Pool)
+		}
+	}
+	if got := h.slice(t, SliceNameAt(pubNode, 1)).Spec.SharedCounters; !equality.Semantic.DeepEqual(got, counters) {
+		t.Errorf("counter slice holds %+v, want %+v", got, counters)
+	}
+	h.settle(t)
+	if w, _, _ := h.rec.counts(); w["update"] != 0 {
+		t.Errorf("an unchanged pool was written again: %v", w)
+	}
+
+	h.pub.OfferSlices([]SliceContent{{Devices: devs}})
+	h.rec.waitFor(t, "the second slice deleted", func(w map[string]int, _, _ int) bool { return w["delete"] == 1 && w["update"] == 1 })
+	if s := h.slice(t, SliceName(pubNode)); s.Spec.Pool.ResourceSliceCount != 1 || s.Spec.Pool.Generation != 2 {
+		t.Errorf("after the pool shrank: pool %+v, want count 1, generation 2", s.Spec.Pool)
 	}
 }

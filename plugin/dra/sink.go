@@ -13,8 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/featureplug/featureplug/discovery"
+	"github.com/featureplug/featureplug/discovery/migplace"
 	"github.com/featureplug/featureplug/discovery/statedir"
 	"github.com/featureplug/featureplug/plugin/health"
+	"github.com/featureplug/featureplug/plugin/migpartition"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -96,6 +98,11 @@ type Sink struct {
 	// tableChanged are called after each new Table (NodeSink's device
 	// health streams).
 	tableChanged []func()
+	// createdMIG reports whether the kubelet-facing Node created a MIG
+	// device for a claim (Node.CreatedMIG); unset: none.
+	createdMIG atomic.Pointer[func(gpu, uuid string, pl migplace.Placement) bool]
+	// withheld is what logWithheld said last; guarded by mu.
+	withheld string
 }
 
 // NewSink returns the DRA sink of c, with its metrics registered.
@@ -235,6 +242,8 @@ func (s *Sink) canServe(p *plan.Plan) error {
 		rule := "?"
 		if len(r.Devices) > 0 {
 			rule = r.Devices[0].Rule
+		} else if r.Dynamic {
+			rule = dynamicRule(p, r.Name) // dynmig.go
 		}
 		switch {
 		case s.pub == nil:
@@ -248,7 +257,16 @@ func (s *Sink) canServe(p *plan.Plan) error {
 
 // build makes the slice's devices and Table with the current health.
 func (s *Sink) build(inv *discovery.Inventory, p *plan.Plan) (Build, error) {
-	return BuildSlice(inv, p, BuildOptions{CDIKind: s.c.CDIKind, CDIName: s.c.CDIName, Unhealthy: s.unhealthy()})
+	return BuildSlice(inv, p, BuildOptions{CDIKind: s.c.CDIKind, CDIName: s.c.CDIName, Unhealthy: s.unhealthy(), Created: s.created()})
+}
+
+// created is what the Node created for claims, for the layout of the GPUs
+// partitioned on demand (set once, before the first plan).
+func (s *Sink) created() func(gpu, uuid string, pl migplace.Placement) bool {
+	if f := s.createdMIG.Load(); f != nil {
+		return *f
+	}
+	return nil
 }
 
 // unhealthy is the health tracker's unhealthy set as taint reasons.
@@ -274,13 +292,31 @@ func (s *Sink) unhealthy() Unhealthy {
 // offer first records in the state directory that the node may have a
 // slice (sliceMarker). s.mu is held.
 func (s *Sink) publishLocked(b Build) {
+	s.logWithheld(b.Withheld)
 	s.table.Store(b.Table)
 	for _, f := range s.tableChanged {
 		f()
 	}
-	s.devices.Set(float64(len(b.Devices)))
+	n := 0
+	for _, sl := range b.Slices {
+		n += len(sl.Devices)
+	}
+	s.devices.Set(float64(n))
 	if s.pub != nil {
-		s.marker.offer(len(b.Devices) > 0, func() { s.pub.Offer(b.Devices) })
+		s.marker.offer(len(b.Slices) > 0, func() { s.pub.OfferSlices(b.Slices) })
+	}
+}
+
+// logWithheld says, when it changes, which GPUs partitioned on demand are
+// not offered and why. s.mu is held.
+func (s *Sink) logWithheld(ws []migpartition.Withheld) {
+	text := fmt.Sprint(ws)
+	if text == s.withheld {
+		return
+	}
+	s.withheld = text
+	for _, w := range ws {
+		s.log.Warn("a GPU partitioned on demand is not offered", "gpu", w.GPU, "why", w.Reason)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
+	"github.com/featureplug/featureplug/discovery/migplace"
+	"github.com/featureplug/featureplug/plugin/migpartition"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -77,8 +79,15 @@ func UnhealthyReason(kind discovery.HealthEventKind, xid uint64) string {
 type Build struct {
 	// Devices are sorted by name.
 	Devices []resourceapi.Device
+	// Slices are the node's pool: Devices in the first slice, then the
+	// partitionable devices of the GPUs partitioned on demand (their
+	// counter sets, then their devices: dynmig.go).
+	Slices []SliceContent
 	// Table holds the same devices with their CDI device IDs.
 	Table *Table
+	// Withheld are the GPUs partitioned on demand that are not offered,
+	// and why.
+	Withheld []migpartition.Withheld
 }
 
 // BuildOptions say which resources the DRA sink serves and how it names
@@ -94,6 +103,10 @@ type BuildOptions struct {
 	CDIName func(plan.Device) string
 	// Unhealthy are the devices held unhealthy; they carry TaintUnhealthy.
 	Unhealthy Unhealthy
+	// Created reports whether featureplug created the MIG device with
+	// the given UUID at placement pl of GPU gpu for a claim
+	// (migpartition.Options.Created); nil: none.
+	Created func(gpu, uuid string, pl migplace.Placement) bool
 	// Default is the API of the resources whose rules did not choose one,
 	// for a plan not resolved yet (plan.WithServeDefault); the agent's
 	// sinks get resolved plans and leave it empty.
@@ -197,11 +210,20 @@ func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, 
 	if len(devs) > MaxDevices {
 		errs = append(errs, fmt.Errorf("%d devices served through DRA, more than the %d one ResourceSlice holds", len(devs), MaxDevices))
 	}
+	dyn, dynTable, withheld, err := buildDynamic(inv, p, schema, o) // dynmig.go
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return Build{}, errors.Join(errs...)
 	}
 	slices.SortFunc(devs, func(a, b resourceapi.Device) int { return cmp.Compare(a.Name, b.Name) })
-	return Build{Devices: devs, Table: NewTable(table)}, nil
+	b := Build{Devices: devs, Table: NewTable(append(table, dynTable...)), Withheld: withheld}
+	if len(devs) > 0 {
+		b.Slices = append(b.Slices, SliceContent{Devices: devs})
+	}
+	b.Slices = append(b.Slices, dyn...)
+	return b, nil
 }
 
 // checkDeviceSize refuses a device with more attributes and capacities

@@ -33,6 +33,7 @@
 package dra
 
 import (
+	"github.com/featureplug/featureplug/plugin/migpartition"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -62,6 +63,10 @@ type Device struct {
 	// TaintUnhealthy taint ("xid-79"); "" while it is healthy. The
 	// kubelet learns it through DRAResourceHealth (health.go).
 	Unhealthy string
+	// Partition is set on a device of a GPU partitioned on demand: what
+	// Prepare creates for a placement, or the whole GPU. Such a device
+	// has no CDIDevices until it is prepared (dynmig_prepare.go).
+	Partition *migpartition.Allocated
 }
 
 // Table is the set of devices the DRA sink currently publishes, by

@@ -191,8 +191,8 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 		}
 	}
 	for i, v := range c.views {
-		if v.Devices == plan.DeviceVFIO {
-			continue // VFIO devices are served through device plugins only: no class
+		if v.Devices == plan.DeviceVFIO || v.Dynamic {
+			continue // VFIO devices are served through device plugins only: no class; dynamic rules below
 		}
 		if !v.Template {
 			note(v.Resource)
@@ -215,7 +215,7 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 			}
 			v := &c.views[m.Rule]
 			claimed = v.NodeSelector == ""
-			if !v.Template || m.Name == "" {
+			if !v.Template || v.Dynamic || m.Name == "" {
 				return
 			}
 			values := make([]string, len(v.TemplateInputs))
@@ -230,10 +230,10 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 		})
 	}
 
-	contribs := map[string][]contribution{}
+	contribs := c.dynamicContributions(rs, nodes, note) // dynamic.go
 	for i := range c.views {
 		v := &c.views[i]
-		if v.Devices == plan.DeviceVFIO {
+		if v.Devices == plan.DeviceVFIO || v.Dynamic {
 			continue
 		}
 		claims, why := c.claims(i)

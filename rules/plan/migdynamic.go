@@ -132,3 +132,41 @@ func (p *Plan) Dynamic(uuid string) (*DynamicGPU, bool) {
 	}
 	return nil, false
 }
+
+// WithoutReserved returns p without the devices reserved names (device ID
+// -> why) in its resources that are not dynamic: MIG devices created for
+// DRA claims of a GPU the rules partitioned on demand, which a rules edit
+// may now have a devices: mig rule claim. They belong to their claims
+// until those end; no other API may serve them meanwhile. It returns p
+// itself when that removes nothing (nil for nil).
+func (p *Plan) WithoutReserved(reserved map[string]string) *Plan {
+	if p == nil || len(reserved) == 0 {
+		return p
+	}
+	hit := false
+	for i := range p.Resources {
+		for _, d := range p.Resources[i].Devices {
+			_, r := reserved[d.ID]
+			hit = hit || r
+		}
+	}
+	if !hit {
+		return p
+	}
+	out := *p
+	out.Resources = make([]Resource, len(p.Resources))
+	for i, r := range p.Resources {
+		var keep []Device
+		for _, d := range r.Devices {
+			if why, ok := reserved[d.ID]; ok {
+				out.Problems = append(out.Problems, Problem{Device: d.ID, Description: "MIG device " + d.ID, Rule: d.Rule, Resource: r.Name,
+					Message: "not served: " + why})
+				continue
+			}
+			keep = append(keep, d)
+		}
+		r.Devices = keep
+		out.Resources[i] = r
+	}
+	return &out
+}

@@ -73,9 +73,10 @@ type Agent struct {
 	// sinks are the agent's outputs, in the order plans are applied
 	// (buildSinks); gates are those that hold resources back, runners
 	// the parts with work of their own.
-	sinks   []Sink
-	gates   []Gate
-	runners []namedRunner
+	sinks     []Sink
+	gates     []Gate
+	reservers []Reserver
+	runners   []namedRunner
 
 	// planReport reports devices the plan leaves out (planreport.go).
 	planReport *planReport
@@ -84,9 +85,10 @@ type Agent struct {
 	// kicks makes the rules file watch look at once (SIGHUP); gated is
 	// signalled when a gate's answer may have changed; outputs carries a
 	// sink whose watched output changed.
-	kicks   chan struct{}
-	gated   chan struct{}
-	outputs chan Restorer
+	kicks      chan struct{}
+	migChanged chan struct{} // a MIG device made or destroyed for a claim: discover again
+	gated      chan struct{}
+	outputs    chan Restorer
 	// stall and unstall hold the loop still on a fake node (test hook of
 	// /healthz, see stallLoop).
 	stall, unstall chan struct{}
@@ -266,6 +268,8 @@ func (a *Agent) loop(ctx context.Context, wg *sync.WaitGroup, errs <-chan error,
 		case <-heartbeat.C:
 		case <-ticker.C:
 			a.rediscover(ctx, wg, "interval")
+		case <-a.migChanged:
+			a.rediscover(ctx, wg, "a MIG device created or destroyed for a claim")
 		case <-a.nodes.Changed():
 			a.nodeLabelsChanged(ctx)
 		case <-a.cfg.Rediscover:

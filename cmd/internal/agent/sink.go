@@ -77,6 +77,14 @@ type Gate interface {
 	GateChanged() <-chan struct{}
 }
 
+// Reserver is a sink that holds devices for its own use (the DRA node: MIG
+// devices made for claims), which the loop leaves out of every other
+// resource (plan.WithoutReserved).
+type Reserver interface {
+	// Reserved returns the device IDs reserved now, with why.
+	Reserved() map[string]string
+}
+
 // Readiness is a sink that knows whether what it serves has reached its
 // consumer (the kubelet registered every device plugin): /readyz and
 // featureplug_ready follow every such sink.
@@ -105,6 +113,9 @@ func (a *Agent) addSink(s Sink) {
 	}
 	if g, ok := s.(Gate); ok {
 		a.gates = append(a.gates, g)
+	}
+	if r, ok := s.(Reserver); ok {
+		a.reservers = append(a.reservers, r)
 	}
 }
 
@@ -163,8 +174,12 @@ func (a *Agent) gate(p *plan.Plan) *plan.Plan {
 	for _, g := range a.gates {
 		maps.Copy(held, g.Hold(p))
 	}
-	gated := p.WithHeld(held)
-	if p == a.servedFrom && a.served != nil && sameHeld(gated, a.served) {
+	reserved := map[string]string{}
+	for _, r := range a.reservers {
+		maps.Copy(reserved, r.Reserved())
+	}
+	gated := p.WithHeld(held).WithoutReserved(reserved)
+	if p == a.servedFrom && a.served != nil && sameHeld(gated, a.served) && len(gated.Problems) == len(a.served.Problems) {
 		return a.served
 	}
 	return gated

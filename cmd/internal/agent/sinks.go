@@ -125,6 +125,9 @@ type Config struct {
 	// its edits come from is; its vendor/class is Plugin.CDIKind and its
 	// device names follow Plugin.DeviceIDStrategy.
 	CDI cdi.DriverConfig
+	// DRACrashAt, a test hook, kills the agent when a dynamic MIG
+	// prepare reaches the step it names (dra.PrepareSteps); "" never.
+	DRACrashAt string
 	// DRARegistryDir and DRAPluginDir are where the kubelet-facing DRA
 	// driver makes its registration socket and its DRA service socket
 	// (the command line's defaults are dra.DefaultRegistryDir and
@@ -192,16 +195,17 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		registry: prometheus.NewRegistry(),
-		healthCh: make(chan discovery.HealthEvent, 64),
-		live:     liveness.New(nil, cfg.LivenessTimeout),
-		kicks:    make(chan struct{}, 1),
-		gated:    make(chan struct{}, 1),
-		outputs:  make(chan Restorer, 8),
-		stall:    make(chan struct{}),
-		unstall:  make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		registry:   prometheus.NewRegistry(),
+		healthCh:   make(chan discovery.HealthEvent, 64),
+		live:       liveness.New(nil, cfg.LivenessTimeout),
+		kicks:      make(chan struct{}, 1),
+		migChanged: make(chan struct{}, 1),
+		gated:      make(chan struct{}, 1),
+		outputs:    make(chan Restorer, 8),
+		stall:      make(chan struct{}),
+		unstall:    make(chan struct{}),
 	}
 	var err error
 	if a.metrics, err = newMetrics(a.registry, func() bool { return a.ready() == nil }); err != nil {
@@ -279,6 +283,8 @@ type builder struct {
 	mps     *mps.Sink
 	plugins *deviceplugin.Sink
 	dra     *dra.Sink
+	// claimSpecs writes DRA claims' CDI specs (no Generator: no CDI sink).
+	claimSpecs cdi.ClaimSpecs
 	// noCDI says why DRA devices have no CDI spec (nil: they have one).
 	noCDI error
 }
@@ -455,6 +461,7 @@ func (b *builder) newCDISink(draOnly bool) (*cdi.Sink, error) {
 		return nil, err
 	}
 	c.Generator, c.Cleanup = gen, cleanup
+	b.claimSpecs = cdi.ClaimSpecs{Options: b.cdiOptions(), Writer: c.Writer, Generator: gen, Discover: a.cfg.Source.Discover}
 	return cdi.NewSink(c)
 }
 
@@ -498,6 +505,8 @@ func (b *builder) draNodeSink() (Sink, error) {
 		Instance: a.cfg.DRAInstance,
 		Claims:   func(ns string) dra.ResourceClaims { return a.cfg.Kube.ResourceClaims(ns) },
 		Table:    b.dra.Table, Watcher: a.watcher, Logger: log, Registerer: a.registry,
+		Partition: dra.Partitioner{NVML: a.nvml, CrashAt: a.cfg.DRACrashAt, Changed: func() { signal(a.migChanged) },
+			WriteCDI: b.claimSpecs.Write, RemoveCDI: b.claimSpecs.Remove},
 	})
 	if err != nil {
 		return nil, err
