@@ -76,7 +76,9 @@ func TestDRAVFIO(t *testing.T) {
 	}
 
 	classes := draE2ECreateClasses(t, api, n.rules)
-	if !slices.ContainsFunc(classes, func(c resourceapi.DeviceClass) bool { return c.Name == draVFIOClass && c.Spec.ExtendedResourceName == nil }) {
+	if !slices.ContainsFunc(classes, func(c resourceapi.DeviceClass) bool {
+		return c.Name == draVFIOClass && c.Spec.ExtendedResourceName == nil
+	}) {
 		t.Fatalf("featureplug dra classes made no class %s without an extended resource", draVFIOClass)
 	}
 	harness.StartScheduler(t, api)
