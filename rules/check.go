@@ -129,6 +129,9 @@ func (rs *RuleSet) CheckNodes(nodes []CheckNode) error {
 	for _, n := range nodes {
 		c.node(n)
 	}
+	if len(c.errs) == 0 {
+		c.mixed(nodes)
+	}
 	c.largestCaps()
 	c.dynamicProfiles() // migdynamic_check.go
 	return errors.Join(c.errs...)
@@ -268,6 +271,32 @@ func (c *checkRun) node(n CheckNode) {
 			for _, e := range splitJoined(err) {
 				c.add("", withNode(e, on))
 			}
+		}
+	}
+}
+
+// mixed plans, under each label set the nodes are planned with, one node
+// holding the devices of every node checked: a real node may mix products
+// and MIG layouts (the catalog's nodes each hold one), and rules that give
+// one resource two sharings or two serves on devices of two catalog nodes
+// refuse the plan of a node that has both. One error per rule and field.
+func (c *checkRun) mixed(nodes []CheckNode) {
+	rs := c.rs
+	for _, nodeLabels := range rs.labelSets() {
+		pl := newPlanner(rs, rs.nodeMisses(labels.Set(nodeLabels)))
+		for _, n := range nodes {
+			visitTargets(n.Inventory, func(t *target) { pl.decide(t) })
+		}
+		for _, err := range pl.errs {
+			var e *Error
+			if !errors.As(err, &e) || (e.Field != "sharing" && e.Field != "serve") {
+				continue
+			}
+			on := "a node holding devices of several catalog nodes"
+			if len(nodeLabels) > 0 {
+				on += " with node labels " + labels.Set(nodeLabels).String()
+			}
+			c.add(fmt.Sprintf("mixed\x00%d\x00%s", e.Rule, e.Field), withNode(e, on))
 		}
 	}
 }

@@ -78,11 +78,14 @@ func WriteExplanationWith(w io.Writer, p *plan.Plan, opts ExplainOptions) error 
 		if n == 1 {
 			noun = "device"
 		}
-		why := "because of their rules "
-		if vfioProblems(p) {
-			why = ""
+		switch {
+		case p.CheckTemplates() != nil:
+			fmt.Fprintf(&b, "%d %s left out because of their rules (problem above): a resource template that fails on a device refuses the plan; run keeps its last good one\n\n", n, noun)
+		case vfioProblems(p):
+			fmt.Fprintf(&b, "%d %s left out (problem above); the rest is served\n\n", n, noun)
+		default:
+			fmt.Fprintf(&b, "%d %s left out because of their rules (problem above); the rest is served\n\n", n, noun)
 		}
-		fmt.Fprintf(&b, "%d %s left out %s(problem above); the rest is served\n\n", n, noun, why)
 	}
 	if len(p.Resources) == 0 && len(p.VFIO) == 0 {
 		b.WriteString("no resources: no device is advertised\n")

@@ -58,14 +58,8 @@ func (rs *RuleSet) Plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 // plan is Plan, returning the planner too: CheckOn reads the problems
 // there as errors.
 func (rs *RuleSet) plan(inv *discovery.Inventory, nodeLabels map[string]string) (*plan.Plan, *planner, error) {
-	nodeMiss := make([]string, len(rs.rules))
 	node := labels.Set(nodeLabels)
-	for i, r := range rs.rules {
-		if r.selector != nil && !r.selector.Matches(node) {
-			nodeMiss[i] = r.nodeMiss
-		}
-	}
-
+	nodeMiss := rs.nodeMisses(node)
 	pl := newPlanner(rs, nodeMiss)
 	plan := &plan.Plan{
 		Decisions:    make([]plan.Decision, 0, len(inv.GPUs)+inv.MIGDeviceCount()+len(inv.VFIO)),
@@ -104,6 +98,18 @@ func (rs *RuleSet) plan(inv *discovery.Inventory, nodeLabels map[string]string) 
 	applySingle(inv, plan, singleResource)
 	plan.Health, plan.HealthSource = rs.healthFor(node) // health.go
 	return plan, pl, nil
+}
+
+// nodeMisses says, per rule, why its node selector does not select a node
+// with labels node ("" when it does).
+func (rs *RuleSet) nodeMisses(node labels.Set) []string {
+	nodeMiss := make([]string, len(rs.rules))
+	for i, r := range rs.rules {
+		if r.selector != nil && !r.selector.Matches(node) {
+			nodeMiss[i] = r.nodeMiss
+		}
+	}
+	return nodeMiss
 }
 
 // newPlanner returns the state of one Plan (or check) with rs.
@@ -354,10 +360,10 @@ func (pl *planner) decide(t *target) plan.Decision {
 			}
 			break
 		}
-		name, problem := pl.claim(r, t, d.Description)
+		name, problem, template := pl.claim(r, t, d.Description)
 		if problem != nil {
 			d.Problem = problem.Error()
-			pl.problems = append(pl.problems, plan.Problem{Device: d.Device, Description: d.Description, Rule: r.name, Resource: name, Message: d.Problem})
+			pl.problems = append(pl.problems, plan.Problem{Device: d.Device, Description: d.Description, Rule: r.name, Resource: name, Message: d.Problem, Template: template})
 			pl.problemErrs = append(pl.problemErrs, problem)
 			break
 		}
@@ -384,22 +390,24 @@ func describe(t *target) string {
 
 // claim gives a device to the resource a rule names, and returns the name
 // ("" after an error). When the rule's template fails or gives an invalid
-// name, the device is not claimed and problem says why (name is then what
-// the template gave, if anything).
-func (pl *planner) claim(r *rule, t *target, desc string) (name string, problem *Error) {
+// name, the device is not claimed, problem says why (name is then what
+// the template gave, if anything) and template is true; a VFIO device
+// that cannot be passed through is a problem of the node.
+func (pl *planner) claim(r *rule, t *target, desc string) (name string, problem *Error, template bool) {
 	name = r.resource
 	if r.tmpl != nil {
 		rendered := pl.render(r, t)
 		if rendered.err != nil {
-			return "", pl.problem(r, fmt.Sprintf("template fails on %s: %v", desc, rendered.err))
+			return "", pl.problem(r, fmt.Sprintf("template fails on %s: %v", desc, rendered.err)), true
 		}
 		name = rendered.name
 		if rendered.invalid != nil {
-			return name, pl.problem(r, fmt.Sprintf("template gives %q for %s (%s): %v", name, desc, t.id(), rendered.invalid))
+			return name, pl.problem(r, fmt.Sprintf("template gives %q for %s (%s): %v", name, desc, t.id(), rendered.invalid)), true
 		}
 	}
 	if t.vfio != nil {
-		return pl.claimVFIO(r, t, name, desc) // vfio.go
+		name, problem = pl.claimVFIO(r, t, name, desc) // vfio.go
+		return name, problem, false
 	}
 	// A devices: gpu rule only claims GPUs with MIG disabled, and a
 	// WholeGPUOnly strategy (mps) is refused at load time for devices: mig,
@@ -407,14 +415,14 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name string, problem 
 	// MPS on a MIG-enabled GPU would fail on the node.
 	if spec, _ := r.sharing.Spec(); spec.WholeGPUOnly && (t.mig != nil || t.gpu.MIGEnabled) {
 		pl.fail(r, "sharing.strategy", string(spec.Name), fmt.Sprintf("%s cannot share %s: MIG is enabled on its GPU", spec.Name, desc))
-		return "", nil
+		return "", nil, false
 	}
 	// An MPS per-replica memory limit must fit the GPU it limits
 	// (plan.Sharing.CheckDeviceMemory).
 	if err := r.sharing.CheckDeviceMemory(t.memory()); err != nil {
 		pl.fail(r, "sharing.mps.pinnedMemoryLimitMiB", strconv.FormatUint(r.sharing.MPS.PinnedMemoryLimitMiB, 10),
 			fmt.Sprintf("%s (%s): %v", desc, t.gpu.UUID, err))
-		return "", nil
+		return "", nil, false
 	}
 	c, ok := pl.claims[name]
 	if !ok {
@@ -422,13 +430,13 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name string, problem 
 		pl.claims[name] = c
 		pl.order = append(pl.order, name)
 	} else if !pl.sameKind(c, r, t, name, desc) { // vfio.go
-		return "", nil
+		return "", nil, false
 	} else if c.rule != r && !c.sharing.Same(r.sharing) {
 		pl.fail(r, "sharing", r.sharing.String(), fmt.Sprintf("resource %q of %s is also given by rules[%d] %q with sharing %s; a resource has one sharing",
 			name, desc, c.rule.index, c.rule.name, c.sharing.String()))
-		return "", nil
+		return "", nil, false
 	} else if !pl.sameServe(c, r, name, desc) { // serve.go
-		return "", nil
+		return "", nil, false
 	}
 	c.minMem = min(c.minMem, t.memory())
 	dev := claimed{mig: -1, rule: r, Device: plan.Device{
@@ -449,7 +457,7 @@ func (pl *planner) claim(r *rule, t *target, desc string) (name string, problem 
 		dev.MemoryMiB = t.mig.MemoryMiB
 	}
 	c.devices = append(c.devices, dev)
-	return name, nil
+	return name, nil, false
 }
 
 // problem is a device problem on a rule's resource field.

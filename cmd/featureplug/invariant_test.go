@@ -222,9 +222,16 @@ func runVerdict(t *testing.T, file string, inv *discovery.Inventory, labels map[
 	if err != nil {
 		return nil, err
 	}
+	// What the agent refuses whole (a template that fails on a device),
+	// then the devices it leaves out for what the node is.
 	var errs []error
+	if err := p.CheckTemplates(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, pr := range p.Problems {
-		errs = append(errs, errors.New(pr.Message))
+		if !pr.Template {
+			errs = append(errs, errors.New(pr.Message))
+		}
 	}
 	if err := p.CheckServes(); err != nil {
 		errs = append(errs, err)
@@ -446,6 +453,51 @@ func TestCheckRejectsWhatRunWouldRefuse(t *testing.T) {
 		if checkInvariant(t, file, big) {
 			t.Errorf("rules check accepted:\n%s", file)
 		}
+	}
+}
+
+// TestCheckAndRunRefuseATemplateInvalidOnSomeDevices: a template that is
+// invalid on one device of a node (a +me profile) and valid on the others
+// is refused by check on the node and by the agent's own test of a plan,
+// with one message naming the file, rule, device and value.
+func TestCheckAndRunRefuseATemplateInvalidOnSomeDevices(t *testing.T) {
+	nodes, err := invariantNodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node *rules.CheckNode
+	for i := range nodes {
+		if nodes[i].Name == "fake node a100-80gb-mixed" {
+			node = &nodes[i]
+		}
+	}
+	if node == nil {
+		t.Fatal("no catalog node a100-80gb-mixed")
+	}
+	const file = "apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n- name: mig\n  devices: mig\n  resource: 'nvidia.com/mig-{{ .profile }}'\n"
+	if checkInvariant(t, file, nil) {
+		t.Fatal("rules check accepted a template invalid on +me profiles")
+	}
+	rs, err := rules.Parse("gen.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, checkErr := rs.CheckOn(node.Name, node.Inventory, nil)
+	p, err := rulesengine.New().Parse("gen.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runPlan, err := p.Plan(node.Inventory, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runPlan.Resources) == 0 {
+		t.Fatal("the template is valid on no device of the node: the test tests too little")
+	}
+	runErr := runPlan.CheckTemplates()
+	const want = `gen.yaml:6: rules[0] "mig": resource: template gives "nvidia.com/mig-1g.10gb+me" for GPU 0 MIG 3 (1g.10gb+me) (MIG-`
+	if checkErr == nil || runErr == nil || checkErr.Error() != runErr.Error() || !strings.HasPrefix(runErr.Error(), want) {
+		t.Errorf("check on the node says %v,\nrun says %v,\nwant both %s...", checkErr, runErr, want)
 	}
 }
 

@@ -185,7 +185,13 @@ through the device plugin, which a claim cannot get.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n", err)
 			}
 			unavailable := unavailableResources(plan, mpsControlProblem(src, mpsControl, cmd.Flags().Changed("mps-control")))
-			return view.print(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailable)
+			if err := view.print(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, rs, plan, unavailable); err != nil {
+				return err
+			}
+			if err := plan.CheckTemplates(); err != nil { // what run refuses, as rules check on the node does
+				return &exitError{code: 1, err: fmt.Errorf("run refuses this plan on this node:\n%w", err)}
+			}
+			return nil
 		},
 	}
 	src.addFlags(cmd.Flags())

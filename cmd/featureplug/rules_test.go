@@ -185,7 +185,8 @@ func TestRulesExplainFailures(t *testing.T) {
 
 // TestRulesExplainShowsProblems checks that a device whose rule gives an
 // invalid name is shown as left out, with the problem, while the rest of
-// the plan is explained, and that check refuses the same file naming the
+// the plan is explained, that explain then exits 1 with the message run
+// refuses the plan with, and that check refuses the same file naming the
 // device.
 func TestRulesExplainShowsProblems(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "mig.yaml")
@@ -202,8 +203,8 @@ rules:
 		t.Fatal(err)
 	}
 	out, errOut, err := runRules(t, "explain", "--rules", file, "--fake-node", "a100-80gb-mixed")
-	if err != nil {
-		t.Fatalf("explain: %v\n%s", err, errOut)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "run refuses this plan on this node:\n"+file+`:6: rules[0] "mig": resource: template gives`) {
+		t.Fatalf("explain: %v, want exit 1 with run's refusal\n%s", err, errOut)
 	}
 	for _, w := range []string{
 		"GPU 0 MIG 3 (1g.10gb+me)", "resource  none: left out because of its rule",
@@ -218,7 +219,7 @@ rules:
 		t.Errorf("stderr lacks the left-out warning:\n%s", errOut)
 	}
 	out, _, err = runRules(t, "explain", "--rules", file, "--fake-node", "a100-80gb-mixed", "-o", "json")
-	if err != nil {
+	if exitCode(err) != 1 {
 		t.Fatal(err)
 	}
 	var doc struct {

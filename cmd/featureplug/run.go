@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -84,6 +86,7 @@ type runFlags struct {
 	serve              string // the kubelet API of resources whose rules do not say
 	draRegistryDir     string // the kubelet's plugin registry directory (DRA registration socket)
 	draPluginDir       string // the DRA driver's socket directory
+	draRollingUpdate   bool   // DRA sockets named after POD_UID
 }
 
 func newRunCommand() *cobra.Command {
@@ -105,6 +108,9 @@ the command line wins.`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyEnv(cmd.Flags()); err != nil {
 				return asUsageError(err)
+			}
+			if err := checkKubeletDir(f.kubeletDir); err != nil {
+				return err
 			}
 			if f.waitForRules {
 				// A misspelt builtin will never appear.
@@ -154,8 +160,9 @@ the command line wins.`,
 	fs.StringVar(&f.mpsControl, "mps-control", mps.DefaultControlBinary, "the nvidia-cuda-mps-control binary")
 	fs.DurationVar(&f.mpsCheckInterval, "mps-check-interval", mps.DefaultCheckInterval, "period of the MPS control daemons' liveness check")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (empty disables)")
-	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket "+dra.RegistrationSocketName+" goes")
-	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket "+dra.PluginSocketName+", which the kubelet calls to prepare claims")
+	fs.StringVar(&f.draRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "kubelet plugin registry directory, where the DRA driver's registration socket goes ("+dra.DriverName+"-$"+podUIDEnv+"-reg.sock, or "+dra.RegistrationSocketName+" without --dra-rolling-update)")
+	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket (dra-$"+podUIDEnv+".sock, or "+dra.PluginSocketName+" without --dra-rolling-update), which the kubelet calls to prepare claims")
+	fs.BoolVar(&f.draRollingUpdate, "dra-rolling-update", true, "with $"+podUIDEnv+" set, name the DRA sockets after it, so that the agent of a DaemonSet update registers beside the old one and takes over its prepared claims without a gap (kubelet 1.33 or later; false keeps the fixed names)")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir, "host directory for state that must survive a restart (unhealthy devices); created 0700 at start; empty disables persistence")
 	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the file watcher's check (stat, and a content hash for files) of every watched file and directory (rules file, feature file, CDI spec, kubelet directories), which catches what inotify misses")
 	fs.DurationVar(&f.fileSettle, "file-settle", agent.DefaultFileSettle, "how long a changed rules file must stay unchanged before it is applied")
@@ -338,6 +345,43 @@ func (f *runFlags) run(cmd *cobra.Command) error {
 	return err
 }
 
+// checkKubeletDir refuses a --kubelet-dir that is not a directory, or
+// under a file, before anything starts: the device-plugin directory is
+// made when missing, but a file in its place is an operator's mistake (a
+// wrong path, a file mounted over it) that no retry fixes.
+func checkKubeletDir(dir string) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		switch {
+		case err == nil && st.IsDir():
+			return nil
+		case err == nil && p == filepath.Clean(dir):
+			return usageErrorf("--kubelet-dir %s is not a directory (it is a %s): give the kubelet's device-plugin directory, e.g. %s",
+				dir, fileKind(st.Mode()), deviceplugin.DefaultKubeletDir)
+		case err == nil:
+			return usageErrorf("--kubelet-dir %s cannot be made: %s is a %s, not a directory", dir, p, fileKind(st.Mode()))
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) || filepath.Dir(p) == p:
+			return nil // unreadable: Run says why
+		}
+	}
+}
+
+// fileKind names the kind of file a mode is, for errors.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "regular file"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	case m&os.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&os.ModeDevice != 0:
+		return "device"
+	default:
+		return "file of mode " + m.Type().String()
+	}
+}
+
 // agentConfig is the agent's configuration from the flags, for the GPU
 // source src and the API client kubeClient (nil without one).
 func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, machine string, log *slog.Logger) agent.Config {
@@ -377,6 +421,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		MPS:               mps.Options{Root: f.mpsRoot, ControlBinary: f.mpsControl, CheckInterval: f.mpsCheckInterval},
 		DRARegistryDir:    f.draRegistryDir,
 		DRAPluginDir:      f.draPluginDir,
+		DRAInstance:       f.draInstance(),
 		CDI:               cdi.DriverConfig{SpecDir: f.cdiSpecDir, DriverRoot: f.src.driverRoot, HostDriverRoot: f.cdiHostDriverRoot, HookPath: f.cdiHookPath},
 		Health:            discovery.HealthOptions{IgnoredXIDs: ignored},
 		FileCheckInterval: f.fileCheckInterval,
@@ -415,4 +460,13 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// draInstance names the DRA sockets for rolling updates: the pod's UID,
+// or "" without --dra-rolling-update or outside a pod.
+func (f *runFlags) draInstance() string {
+	if !f.draRollingUpdate {
+		return ""
+	}
+	return os.Getenv(podUIDEnv)
 }

@@ -74,6 +74,33 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	}
 }
 
+// TestRunRefusesAKubeletDirThatIsAFile: --kubelet-dir naming a file is
+// one usage error naming the flag and the path, before anything starts
+// (no plan applied, no sink's error after it).
+func TestRunRefusesAKubeletDirThatIsAFile(t *testing.T) {
+	t.Setenv("FEATUREPLUG_STATE_DIR", t.TempDir())
+	file := filepath.Join(t.TempDir(), "device-plugins")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := execute(t, "run", "--fake-node", "dgx-h100", "--publish", "none", "--metrics-addr", "", "--kubelet-dir", file)
+	want := "--kubelet-dir " + file + " is not a directory (it is a regular file)"
+	if exitCode(err) != 2 || err.Error() != want+": give the kubelet's device-plugin directory, e.g. /var/lib/kubelet/device-plugins/" {
+		t.Errorf("error %v (exit %d), want exit 2 with %q", err, exitCode(err), want)
+	}
+	for _, never := range []string{"plan applied", "Apply after Run returned", "ERROR"} {
+		if strings.Contains(out, never) {
+			t.Errorf("the output says %q:\n%s", never, out)
+		}
+	}
+	// Under a file: the directory cannot be made.
+	under := filepath.Join(file, "sub")
+	_, err = execute(t, "run", "--fake-node", "dgx-h100", "--publish", "none", "--metrics-addr", "", "--kubelet-dir", under)
+	if want := "--kubelet-dir " + under + " cannot be made: " + file + " is a regular file, not a directory"; exitCode(err) != 2 || err.Error() != want {
+		t.Errorf("error %v (exit %d), want exit 2 with %q", err, exitCode(err), want)
+	}
+}
+
 func TestPrepareStateDir(t *testing.T) {
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&logs, nil))

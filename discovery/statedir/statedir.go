@@ -22,6 +22,10 @@ const (
 	// DRAClaimsFile is the checkpoint of the DRA claims prepared on this
 	// node (plugin/dra).
 	DRAClaimsFile = "dra-claims.json"
+	// DRAClaimsLockFile is locked while a DRA call reads and writes the
+	// checkpoint, so that two agents of a rolling update take turns
+	// (plugin/dra).
+	DRAClaimsLockFile = "dra-claims.lock"
 	// DRASliceMarkerFile records that the node may have a ResourceSlice
 	// of featureplug's (plugin/dra).
 	DRASliceMarkerFile = "dra-slice"

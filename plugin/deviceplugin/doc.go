@@ -19,8 +19,15 @@
 // at WARN) and comes back with it ("device-plugin directory is back" at
 // INFO). Without an inotify instance the periodic check does all of it,
 // with featureplug_plugin_watch_fallback 1. On start, featureplug's own
-// sockets (featureplug-*.sock) that the plan does not serve are removed;
-// other sockets are never touched.
+// sockets (featureplug-*.sock) that no process listens on are removed;
+// other sockets, and those another agent serves, are never touched.
+//
+// Two agents on one node (a rolling update with maxSurge) serve side by
+// side, each server on the first free socket slot of its resource
+// (handover.go): the kubelet keeps both endpoints and goes on with the
+// remaining one when the other's stream ends. A server keeps at most
+// maxListAndWatchStreams ListAndWatch streams open and refuses more with
+// ResourceExhausted.
 //
 // Registration retries start at 1 ms and double (1, 2, 4, 8 ms ... up to
 // 10 s): a kubelet that has bound kubelet.sock but is not listening yet

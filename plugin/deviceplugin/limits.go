@@ -21,6 +21,14 @@ const (
 	maxNamedIDs = 5
 	// maxIDBytes is how much of one device ID an error quotes.
 	maxIDBytes = 64
+	// maxListAndWatchStreams bounds the ListAndWatch streams one server
+	// keeps open at once. The kubelet opens one per registration and ends
+	// it before the next; the margin covers a kubelet that re-registers
+	// while its old stream has not ended yet, and a tool watching beside
+	// it. Each open stream costs goroutines and buffers for as long as the
+	// client keeps it, read or not: a stream over the bound is refused at
+	// once with ResourceExhausted.
+	maxListAndWatchStreams = 8
 )
 
 // idList describes n device IDs, of which ids holds the first few, for an

@@ -38,11 +38,10 @@ type Manager struct {
 	// closes it).
 	ownHealth bool
 
-	mu       sync.Mutex
-	state    managerState
-	plan     *plan.Plan
-	servers  map[string]*server // by resource name
-	bySocket map[string]*server
+	mu      sync.Mutex
+	state   managerState
+	plan    *plan.Plan
+	servers map[string]*server // by resource name
 	// dirSeen is the device-plugin directory and kubeletSeen kubelet.sock
 	// as the last check saw them (zero: missing).
 	dirSeen, kubeletSeen fswatch.ID
@@ -75,13 +74,12 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		opts:     o,
-		metrics:  met,
-		health:   o.Health,
-		kubelet:  filepath.Join(o.KubeletDir, KubeletSocket),
-		watcher:  o.Watcher,
-		servers:  map[string]*server{},
-		bySocket: map[string]*server{},
+		opts:    o,
+		metrics: met,
+		health:  o.Health,
+		kubelet: filepath.Join(o.KubeletDir, KubeletSocket),
+		watcher: o.Watcher,
+		servers: map[string]*server{},
 	}
 	if m.health == nil {
 		m.health, err = health.New(health.Options{Recovery: health.DefaultRecovery, Clock: o.Clock, Logger: o.Logger, Registerer: o.Registerer})
@@ -166,7 +164,6 @@ func (m *Manager) applyLocked() error {
 	for name, s := range m.servers {
 		if !want[name] {
 			delete(m.servers, name)
-			delete(m.bySocket, s.socket)
 			s.stop()
 			m.metrics.forget(name)
 		}
@@ -193,7 +190,6 @@ func (m *Manager) applyLocked() error {
 			continue
 		}
 		m.servers[r.Name] = s
-		m.bySocket[socket] = s
 	}
 	return errors.Join(errs...)
 }
@@ -402,7 +398,7 @@ func (m *Manager) dirLostLocked(found string) {
 	m.dirSeen, m.kubeletSeen = fswatch.ID{}, fswatch.ID{}
 	for _, s := range m.servers {
 		s.kubeletLost()
-		if !exists(s.socket) {
+		if !s.ownsSocket() {
 			// A listener on a deleted socket keeps a deleted directory
 			// alive, and its deletion unseen.
 			s.stopGRPC()
@@ -410,38 +406,40 @@ func (m *Manager) dirLostLocked(found string) {
 	}
 }
 
-// checkSocketsLocked restarts the servers whose socket vanished. While
-// kubelet.sock is missing (a kubelet restart cleaning the directory, or
-// the directory being deleted) such a server stops listening instead and
-// comes back with kubelet.sock: re-creating the socket now would race a
-// recursive delete of the directory.
+// checkSocketsLocked restarts the servers whose socket vanished or is
+// another file now (ownsSocket). While kubelet.sock is missing (a kubelet
+// restart cleaning the directory, or the directory being deleted) such a
+// server stops listening instead and comes back with kubelet.sock:
+// re-creating the socket now would race a recursive delete of the
+// directory.
 func (m *Manager) checkSocketsLocked(kubeletPresent bool) {
 	for _, s := range m.servers {
-		if exists(s.socket) {
+		if s.ownsSocket() {
 			continue
 		}
 		if !kubeletPresent {
 			if s.serving() {
-				m.opts.Logger.Info("device-plugin socket removed while the kubelet is away; serving it again when kubelet.sock is back", "resource", s.name, "socket", s.socket)
+				m.opts.Logger.Info("device-plugin socket removed while the kubelet is away; serving it again when kubelet.sock is back", "resource", s.name, "socket", s.path())
 				s.stopGRPC()
 			}
 			continue
 		}
-		m.opts.Logger.Info("device-plugin socket missing; restarting its server", "resource", s.name, "socket", s.socket)
+		m.opts.Logger.Info("device-plugin socket missing; restarting its server", "resource", s.name, "socket", s.path())
 		if err := s.restart(); err != nil {
 			m.opts.Logger.Error("restarting device plugin", "resource", s.name, "err", err)
 		}
 	}
 }
 
-// restartMissingLocked restarts the servers whose socket is missing.
+// restartMissingLocked restarts the servers whose socket is missing or
+// another file now.
 func (m *Manager) restartMissingLocked() {
 	if !isDir(m.opts.KubeletDir) {
 		return
 	}
 	for _, s := range m.servers {
-		if !exists(s.socket) {
-			m.opts.Logger.Info("device-plugin socket missing; restarting its server", "resource", s.name, "socket", s.socket)
+		if !s.ownsSocket() {
+			m.opts.Logger.Info("device-plugin socket missing; restarting its server", "resource", s.name, "socket", s.path())
 			if err := s.restart(); err != nil {
 				m.opts.Logger.Error("restarting device plugin", "resource", s.name, "err", err)
 			}
@@ -450,33 +448,32 @@ func (m *Manager) restartMissingLocked() {
 }
 
 // removeStaleSocketsLocked removes featureplug's own sockets in the
-// device-plugin directory that the current plan does not serve: left over
-// from a process that was killed, or from a resource removed across a
-// restart. Other plugins' sockets and kubelet.sock are never touched.
+// device-plugin directory that no process listens on any more: left over
+// from an agent that was killed, or from a resource removed across a
+// restart. A socket another agent serves (a handover: the agent being
+// replaced still runs) is left alone, whatever resource it is of, and so
+// are other plugins' sockets, kubelet.sock and anything that is not a
+// socket.
 func (m *Manager) removeStaleSocketsLocked() {
 	entries, err := os.ReadDir(m.opts.KubeletDir)
 	if err != nil {
 		m.opts.Logger.Warn("listing the device-plugin directory for stale sockets", "dir", m.opts.KubeletDir, "err", err)
 		return
 	}
-	keep := map[string]bool{}
-	if m.plan != nil {
-		for _, r := range servedResources(m.plan) {
-			if p, err := m.socketPath(r.Name); err == nil {
-				keep[p] = true
-			}
-		}
-	}
 	for _, e := range entries {
 		path := filepath.Join(m.opts.KubeletDir, e.Name())
-		if !isOwnSocketName(e.Name()) || e.Type()&os.ModeSocket == 0 || keep[path] {
+		if !isOwnSocketName(e.Name()) || e.Type()&os.ModeSocket == 0 {
+			continue
+		}
+		if !staleSocket(path) {
+			m.opts.Logger.Info("leaving a device-plugin socket another process serves (an agent handing over)", "socket", path)
 			continue
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			m.opts.Logger.Warn("removing a stale device-plugin socket", "socket", path, "err", err)
 			continue
 		}
-		m.opts.Logger.Info("removed a stale device-plugin socket the plan does not serve", "socket", path)
+		m.opts.Logger.Info("removed a stale device-plugin socket no process serves", "socket", path)
 	}
 }
 
@@ -519,7 +516,6 @@ func (m *Manager) shutdown() {
 		m.metrics.forget(name)
 	}
 	clear(m.servers)
-	clear(m.bySocket)
 	m.deps.kubelet.close()
 }
 
@@ -535,10 +531,9 @@ func isDir(path string) bool {
 	return err == nil && st.IsDir()
 }
 
-// socketPath is the socket of resource's server: the one place that names
-// it, so that a name that is not fixed per resource (one per agent
-// instance, for a handover between two agents) changes only here and in
-// removeStaleSocketsLocked's test of what is stale.
+// socketPath is the first socket of resource's server: the one place that
+// names it. The server takes the next free slot when another agent serves
+// that one (listenSocket, handover.go).
 func (m *Manager) socketPath(resource string) (string, error) {
 	return SocketPath(m.opts.KubeletDir, resource)
 }

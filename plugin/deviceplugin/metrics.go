@@ -15,6 +15,8 @@ type metrics struct {
 	applies       *prometheus.CounterVec
 	registrations *prometheus.CounterVec
 	watchFallback prometheus.Gauge
+	// streamsRefused counts ListAndWatch streams refused over the bound.
+	streamsRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -35,6 +37,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "featureplug", Subsystem: "plugin", Name: "registrations_total",
 			Help: "Registration attempts with the kubelet, per resource and result (ok, error, kubelet-missing: kubelet.sock does not exist).",
 		}, []string{"resource", "result"}),
+		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "featureplug", Subsystem: "plugin", Name: "streams_refused_total",
+			Help: "ListAndWatch streams refused because the resource's server already keeps the most it serves at once (8), per resource.",
+		}, []string{"resource"}),
 		watchFallback: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "featureplug", Subsystem: "plugin", Name: "watch_fallback",
 			Help: "1 while the device-plugin directory is watched only by the periodic check (no inotify instance or watch could be had), else 0.",
@@ -43,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.devices, m.allocations, m.applies, m.registrations, m.watchFallback} {
+	for _, c := range []prometheus.Collector{m.devices, m.allocations, m.applies, m.registrations, m.watchFallback, m.streamsRefused} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if errors.As(err, &already) {
@@ -66,11 +72,13 @@ func (m *metrics) setDevices(resource string, total, unhealthy int) {
 // is visible as a rising kubelet-missing count next to ok 0.
 var registrationResults = [...]string{regOK, regError, regKubeletMissing}
 
-// initRegistrations creates a resource's registration series at 0.
+// initRegistrations creates a resource's registration and refused-stream
+// series at 0.
 func (m *metrics) initRegistrations(resource string) {
 	for _, r := range registrationResults {
 		m.registrations.WithLabelValues(resource, r)
 	}
+	m.streamsRefused.WithLabelValues(resource)
 }
 
 // forget drops a removed resource's series.
@@ -80,4 +88,5 @@ func (m *metrics) forget(resource string) {
 	for _, r := range registrationResults {
 		m.registrations.DeleteLabelValues(resource, r)
 	}
+	m.streamsRefused.DeleteLabelValues(resource)
 }

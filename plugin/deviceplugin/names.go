@@ -37,14 +37,22 @@ func SanitizeResourceName(resource string) string {
 // dir: dir/featureplug-<sanitized name>.sock, or, when that would pass the
 // 107-byte limit of socket paths, the name shortened and followed by a hash
 // of the full resource name, so distinct resources never share a socket.
+//
+// It is the resource's first socket; a second agent on the node serving
+// the same resource takes the next free slot (slotPath).
 func SocketPath(dir, resource string) (string, error) {
-	name := socketPrefix + SanitizeResourceName(resource) + socketSuffix
+	return socketPathWithSuffix(dir, resource, socketSuffix)
+}
+
+// socketPathWithSuffix is SocketPath with the name ending in suffix.
+func socketPathWithSuffix(dir, resource, suffix string) (string, error) {
+	name := socketPrefix + SanitizeResourceName(resource) + suffix
 	full := filepath.Join(dir, name)
 	if len(full) <= maxSocketPath {
 		return full, nil
 	}
 	sum := sha256.Sum256([]byte(resource))
-	tail := "-" + hex.EncodeToString(sum[:])[:hashLen] + socketSuffix
+	tail := "-" + hex.EncodeToString(sum[:])[:hashLen] + suffix
 	room := maxSocketPath - len(filepath.Join(dir, socketPrefix)) - len(tail)
 	if room < 1 {
 		return "", fmt.Errorf("directory %q is too long for a unix socket path (limit %d bytes)", dir, maxSocketPath)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -84,10 +83,9 @@ type snapshot struct {
 type server struct {
 	pluginapi.UnimplementedDevicePluginServer
 
-	name   string
-	socket string
-	deps   *serverDeps
-	log    *slog.Logger
+	name string
+	deps *serverDeps
+	log  *slog.Logger
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -97,6 +95,9 @@ type server struct {
 	mu   sync.RWMutex
 	snap *snapshot
 	grpc *grpc.Server
+	// socket is the path the server listens on (or last listened on): the
+	// resource's first free socket slot (handover.go).
+	socket string
 	// registered reports whether the kubelet accepted the current
 	// instance; regID is kubelet.sock as it was at that registration.
 	registered bool
@@ -106,6 +107,10 @@ type server struct {
 	// gen counts restarts and kubelet losses, so a registration that
 	// raced one of them is not taken as current.
 	gen uint64
+
+	// streams holds one token per open ListAndWatch stream, at most
+	// maxListAndWatchStreams.
+	streams chan struct{}
 }
 
 var _ pluginapi.DevicePluginServer = (*server)(nil)
@@ -121,6 +126,7 @@ func newServer(name, socket string, set *deviceSet, health healthFunc, deps *ser
 		cancel:   cancel,
 		kick:     make(chan struct{}, 1),
 		loopDone: make(chan struct{}),
+		streams:  make(chan struct{}, maxListAndWatchStreams),
 	}
 	api, bad, nbad := set.apiDevices(health)
 	s.snap = &snapshot{set: set, api: api, bad: bad, changed: make(chan struct{})}
@@ -139,32 +145,45 @@ func (s *server) start() error {
 	return nil
 }
 
-// serve listens on the socket and serves a new gRPC instance.
+// serve listens on a socket of the resource that no other process serves
+// (its last one first; handover.go) and serves a new gRPC instance.
 func (s *server) serve() error {
-	if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("resource %s: removing stale socket %s: %w", s.name, s.socket, err)
-	}
-	ln, err := net.Listen("unix", s.socket)
+	ln, path, err := listenSocket(s.deps.opts.KubeletDir, s.name, s.path())
 	if err != nil {
-		return fmt.Errorf("resource %s: listening on %s: %w", s.name, s.socket, err)
+		return fmt.Errorf("resource %s: %w", s.name, err)
 	}
-	// The socket file is removed by stop, and only while it is still the
-	// one made here: closing the listener must not remove a socket made
-	// again at the same path by someone else.
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	id, _ := fswatch.Identify(s.socket)
+	id, _ := fswatch.Identify(path)
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(maxRequestBytes))
 	pluginapi.RegisterDevicePluginServer(g, s)
 	s.mu.Lock()
-	s.grpc, s.sockID = g, id
+	s.grpc, s.sockID, s.socket = g, id, path
 	s.mu.Unlock()
 	go func() {
 		if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			s.log.Error("device-plugin server stopped serving", "socket", s.socket, "err", err)
+			s.log.Error("device-plugin server stopped serving", "socket", path, "err", err)
 		}
 	}()
-	s.log.Info("serving device plugin", "socket", s.socket)
+	s.log.Info("serving device plugin", "socket", path)
 	return nil
+}
+
+// ownsSocket reports whether the file at the server's socket path is the
+// socket it made, by inode and change time: not when it is gone, nor when
+// another process made a socket there since (ext4 gives a file made at
+// once the inode just freed).
+func (s *server) ownsSocket() bool {
+	s.mu.RLock()
+	path, own := s.socket, s.sockID
+	s.mu.RUnlock()
+	id, ok := fswatch.Identify(path)
+	return ok && id == own
+}
+
+// path is the socket the server listens on, or last listened on.
+func (s *server) path() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.socket
 }
 
 // stopGRPC stops the current gRPC instance, ending its streams.
@@ -198,11 +217,11 @@ func (s *server) stop() {
 	s.stopGRPC()
 	<-s.loopDone
 	s.mu.RLock()
-	own := s.sockID
+	own, path := s.sockID, s.socket
 	s.mu.RUnlock()
-	if id, ok := fswatch.Identify(s.socket); ok && id == own {
-		if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-			s.log.Warn("removing socket", "socket", s.socket, "err", err)
+	if id, ok := fswatch.Identify(path); ok && id == own {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("removing socket", "socket", path, "err", err)
 		}
 	}
 	s.log.Info("stopped device plugin")
@@ -356,10 +375,11 @@ func (s *server) registerOnce(failures int) error {
 	// the manager has re-created ours would make the kubelet's dial-back
 	// fail and gRPC wait out its reconnect backoff (a second); the restart
 	// asks for registration again once the socket is back.
-	if _, err := os.Stat(s.socket); err != nil {
+	endpoint := s.path()
+	if _, err := os.Stat(endpoint); err != nil {
 		return fmt.Errorf("own socket not there yet: %w", err)
 	}
-	if err := s.register(kubelet, id); err != nil {
+	if err := s.register(kubelet, id, filepath.Base(endpoint)); err != nil {
 		s.deps.metrics.registrations.WithLabelValues(s.name, regError).Inc()
 		return err
 	}
@@ -375,16 +395,17 @@ func (s *server) registerOnce(failures int) error {
 		s.deps.registered()
 	}
 	if failures > 0 {
-		s.log.Info("registered with the kubelet", "endpoint", filepath.Base(s.socket), "afterFailures", failures)
+		s.log.Info("registered with the kubelet", "endpoint", filepath.Base(endpoint), "afterFailures", failures)
 	} else {
-		s.log.Info("registered with the kubelet", "endpoint", filepath.Base(s.socket))
+		s.log.Info("registered with the kubelet", "endpoint", filepath.Base(endpoint))
 	}
 	return nil
 }
 
-// register sends one RegisterRequest to the kubelet whose socket is
-// kubelet (the file id), over the connection the servers share.
-func (s *server) register(kubelet string, id fswatch.ID) error {
+// register sends one RegisterRequest for the socket file endpoint to the
+// kubelet whose socket is kubelet (the file id), over the connection the
+// servers share.
+func (s *server) register(kubelet string, id fswatch.ID, endpoint string) error {
 	conn, err := s.deps.kubelet.get(kubelet, id)
 	if err != nil {
 		return err
@@ -393,7 +414,7 @@ func (s *server) register(kubelet string, id fswatch.ID) error {
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
-		Endpoint:     filepath.Base(s.socket),
+		Endpoint:     endpoint,
 		ResourceName: s.name,
 		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
 	})
@@ -409,8 +430,19 @@ func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
 }
 
-// ListAndWatch sends the device list, then again whenever it changes.
+// ListAndWatch sends the device list, then again whenever it changes. A
+// stream over maxListAndWatchStreams open ones is refused with
+// ResourceExhausted, naming the bound.
 func (s *server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	select {
+	case s.streams <- struct{}{}:
+		defer func() { <-s.streams }()
+	default:
+		s.deps.metrics.streamsRefused.WithLabelValues(s.name).Inc()
+		return status.Errorf(codes.ResourceExhausted,
+			"resource %s: %d ListAndWatch streams are open, the most one device-plugin server keeps (the kubelet needs one); close one first",
+			s.name, maxListAndWatchStreams)
+	}
 	ctx := stream.Context()
 	for {
 		snap := s.current()

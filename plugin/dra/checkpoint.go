@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/featureplug/featureplug/discovery/statedir"
 )
@@ -42,6 +43,12 @@ type PreparedDevice struct {
 	// ShareID identifies the allocation's share of a device that allows
 	// multiple allocations; empty otherwise.
 	ShareID string `json:"shareID,omitempty"`
+	// AdminAccess is set for a device of an admin-access request: the
+	// container sees it beside the claims that use it, and it is not
+	// counted as in use.
+	AdminAccess bool `json:"adminAccess,omitempty"`
+	// Status is the device's data in the claim's status.devices.
+	Status *DeviceStatusData `json:"status,omitempty"`
 }
 
 // PreparedClaim is a claim prepared on this node.
@@ -71,7 +78,7 @@ type checkpointState struct {
 // checkpoint reads and writes the prepared-claims file. A nil checkpoint
 // keeps nothing (no state directory).
 type checkpoint struct {
-	path string
+	path, lockPath string
 }
 
 // newCheckpoint returns the checkpoint in stateDir, or nil when stateDir
@@ -80,7 +87,24 @@ func newCheckpoint(stateDir string) *checkpoint {
 	if stateDir == "" {
 		return nil
 	}
-	return &checkpoint{path: statedir.Dir(stateDir).Path(CheckpointFile)}
+	d := statedir.Dir(stateDir)
+	return &checkpoint{path: d.Path(CheckpointFile), lockPath: d.Path(statedir.DRAClaimsLockFile)}
+}
+
+// lock takes the checkpoint's lock file exclusively, waiting for another
+// process (the other agent of a rolling update) to release it, and
+// returns its release. The lock goes with the process, so a crashed
+// agent holds nothing.
+func (c *checkpoint) lock() (func(), error) {
+	f, err := os.OpenFile(c.lockPath, os.O_CREATE|os.O_RDWR, statedir.Private)
+	if err != nil {
+		return nil, fmt.Errorf("DRA checkpoint lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("DRA checkpoint lock %s: %w", c.lockPath, err)
+	}
+	return func() { _ = f.Close() }, nil // closing the file releases the lock
 }
 
 // errCorrupt marks a checkpoint whose content is unusable (as opposed to

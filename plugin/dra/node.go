@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -57,12 +59,14 @@ const (
 )
 
 // ResourceClaims reads the ResourceClaims (resource.k8s.io/v1) of one
-// namespace: the part of client-go's typed ResourceClaimInterface the
-// driver uses, which that interface and the agent's API client satisfy.
-// Get returns an error that apierrors.IsNotFound recognizes for a claim
-// that does not exist.
+// namespace and writes their status: the part of client-go's typed
+// ResourceClaimInterface the driver uses, which that interface and the
+// agent's API client satisfy. Get returns an error that
+// apierrors.IsNotFound recognizes for a claim that does not exist; Patch
+// with subresource "status" writes the status (server-side apply).
 type ResourceClaims interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourceapi.ResourceClaim, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*resourceapi.ResourceClaim, error)
 }
 
 // NodeOptions configure a Node.
@@ -78,6 +82,10 @@ type NodeOptions struct {
 	// StateDir holds the prepared-claims checkpoint (CheckpointFile); ""
 	// keeps prepared claims in memory only, so a restart forgets them.
 	StateDir string
+	// Instance names this agent's sockets for rolling updates (the pod's
+	// UID); "" keeps the fixed names (RegistrationSocketName,
+	// PluginSocketName); see registrationSocketName.
+	Instance string
 	// Claims reads ResourceClaims; required.
 	Claims func(namespace string) ResourceClaims
 	// Table returns the devices the DRA sink publishes now; required.
@@ -125,6 +133,11 @@ type Node struct {
 
 	// health holds the DRAResourceHealth streams' state (health.go).
 	health healthState
+
+	// statusMu guards statusPending: the UIDs of prepared claims whose
+	// status write failed, which retryStatuses writes again.
+	statusMu      sync.Mutex
+	statusPending map[string]bool
 }
 
 // NewNode checks the options and reads the checkpoint. A checkpoint whose
@@ -156,9 +169,11 @@ func NewNode(opts NodeOptions) (*Node, error) {
 		opts:    opts,
 		log:     opts.Logger,
 		ckpt:    newCheckpoint(opts.StateDir),
-		regPath: filepath.Join(opts.RegistryDir, RegistrationSocketName),
-		draPath: filepath.Join(opts.PluginDir, PluginSocketName),
+		regPath: filepath.Join(opts.RegistryDir, registrationSocketName(opts.RegistryDir, opts.Instance)),
+		draPath: filepath.Join(opts.PluginDir, pluginSocketName(opts.Instance)),
 		claims:  map[string]PreparedClaim{},
+
+		statusPending: map[string]bool{},
 	}
 	for _, p := range []struct{ flag, path string }{{"registry directory", n.regPath}, {"plugin directory", n.draPath}} {
 		if len(p.path) > maxSocketPath {
@@ -229,6 +244,13 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.log.Info("serving the DRA driver to the kubelet", "driver", DriverName,
 		"registrationSocket", n.regPath, "pluginSocket", n.draPath, "services", supportedServices)
+	n.sweepStale()
+	retried := make(chan struct{})
+	go func() {
+		defer close(retried)
+		n.retryStatuses(ctx)
+	}()
+	defer func() { <-retried }()
 
 	w := n.opts.Watcher
 	if w == nil {
@@ -305,12 +327,17 @@ func (n *Node) check(bool) {
 
 // shutdown stops both servers and removes their sockets (the registration
 // socket first, so that the kubelet stops using the driver before its
-// service goes).
+// service goes; with an Instance, handoverGrace before it goes).
 func (n *Node) shutdown() {
 	n.sockMu.Lock()
 	defer n.sockMu.Unlock()
 	n.running = false
 	n.reg.stop()
+	if n.opts.Instance != "" && n.dra != nil && n.dra.srv != nil {
+		n.log.Info("DRA registration socket removed; serving the kubelet's calls a moment longer while it turns to the other agent",
+			"for", handoverGrace)
+		time.Sleep(handoverGrace)
+	}
 	n.dra.stop()
 	n.metrics.registeredNow.Set(0)
 }

@@ -19,6 +19,8 @@ const (
 	resultUnknown = "unknown"
 	// resultError: the claim failed; the per-claim error says why.
 	resultError = "error"
+	// resultOK: a write succeeded.
+	resultOK = "ok"
 )
 
 // nodeMetrics are the kubelet-side server's Prometheus collectors. They
@@ -31,6 +33,7 @@ type nodeMetrics struct {
 	registrations  *prometheus.CounterVec
 	socketStarts   *prometheus.CounterVec
 	ckptWrites     *prometheus.CounterVec
+	statusWrites   *prometheus.CounterVec
 	healthStreams  prometheus.Gauge
 }
 
@@ -64,6 +67,10 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 			Namespace: "featureplug", Subsystem: "dra", Name: "checkpoint_writes_total",
 			Help: "Writes of the prepared-claims checkpoint, by result (ok, error).",
 		}, []string{"result"}),
+		statusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "featureplug", Subsystem: "dra", Name: "claim_status_writes_total",
+			Help: "Writes of a prepared claim's status.devices, by result (ok, error: the claim stays prepared; the log says why).",
+		}, []string{"result"}),
 		healthStreams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "featureplug", Subsystem: "dra", Name: "health_streams",
 			Help: "DRAResourceHealth NodeWatchResources streams open now (the kubelet keeps one open while it watches device health).",
@@ -82,13 +89,14 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 	for _, r := range []string{"registration", "dra"} {
 		m.socketStarts.WithLabelValues(r)
 	}
-	for _, r := range []string{"ok", "error"} {
+	for _, r := range []string{resultOK, resultError} {
 		m.ckptWrites.WithLabelValues(r)
+		m.statusWrites.WithLabelValues(r)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.prepares, m.unprepares, m.preparedClaims, m.registeredNow, m.registrations, m.socketStarts, m.ckptWrites, m.healthStreams} {
+	for _, c := range []prometheus.Collector{m.prepares, m.unprepares, m.preparedClaims, m.registeredNow, m.registrations, m.socketStarts, m.ckptWrites, m.statusWrites, m.healthStreams} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("DRA node metrics: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/ptr"
 )
 
 // maxDeviceErrors is how many device problems one claim's error names;
@@ -34,17 +35,27 @@ var _ drapbv1.DRAPluginServer = (*draService)(nil)
 // is read from the API server, checked (same UID, allocated) and its
 // devices of this driver and this node's pool are looked up in the
 // current table for their CDI device IDs. A claim's error names it, the
-// device and why. Prepared claims are checkpointed before the answer.
+// device and why. Prepared claims are checkpointed before the answer,
+// and their status.devices written (node_claimstatus.go). Admin-access
+// devices are prepared the same way, and marked so in the checkpoint.
 func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.NodePrepareResourcesRequest) (*drapbv1.NodePrepareResourcesResponse, error) {
 	if err := checkClaims(req.GetClaims()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "NodePrepareResources: "+err.Error())
 	}
-	n := s.n
+	resp, prepared := s.n.prepareClaims(ctx, req.GetClaims())
+	s.n.writeClaimStatuses(ctx, prepared, false)
+	return resp, nil
+}
+
+// prepareClaims prepares claims (or answers them from the checkpoint) and
+// returns the kubelet's answer and the claims it gives devices.
+func (n *Node) prepareClaims(ctx context.Context, claims []*drapbv1.Claim) (*drapbv1.NodePrepareResourcesResponse, []PreparedClaim) {
 	// API reads happen before taking the lock, as the kubelet plugin
 	// helper does, for the claims not prepared yet.
 	n.mu.Lock()
+	n.reloadLocked()
 	var todo []*drapbv1.Claim
-	for _, c := range req.GetClaims() {
+	for _, c := range claims {
 		if _, ok := n.claims[c.GetUid()]; !ok {
 			todo = append(todo, c)
 		}
@@ -58,13 +69,16 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	defer n.shareLocked()()
 	table := n.opts.Table()
-	resp := &drapbv1.NodePrepareResourcesResponse{Claims: make(map[string]*drapbv1.NodePrepareResourceResponse, len(req.GetClaims()))}
+	resp := &drapbv1.NodePrepareResourcesResponse{Claims: make(map[string]*drapbv1.NodePrepareResourceResponse, len(claims))}
 	var added []string
-	for _, c := range req.GetClaims() {
+	var prepared []PreparedClaim
+	for _, c := range claims {
 		uid := c.GetUid()
 		if pc, ok := n.claims[uid]; ok {
 			resp.Claims[uid] = pc.response()
+			prepared = append(prepared, pc)
 			n.metrics.prepares.WithLabelValues(resultCheckpointed).Inc()
 			n.log.Info("DRA claim prepared before; answering from the checkpoint", "claim", pc.String(), "devices", pc.deviceNames())
 			continue
@@ -85,7 +99,7 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 		added = append(added, uid)
 	}
 	if len(added) == 0 {
-		return resp, nil
+		return resp, prepared
 	}
 	if err := n.saveLocked(); err != nil {
 		for _, uid := range added {
@@ -98,15 +112,17 @@ func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.Node
 		}
 		n.log.Error("DRA claims not prepared: checkpoint write failed", "claims", added, "err", err)
 		n.metrics.preparedClaims.Set(float64(len(n.claims)))
-		return resp, nil
+		return resp, prepared
 	}
 	for _, uid := range added {
 		pc := n.claims[uid]
 		resp.Claims[uid] = pc.response()
+		prepared = append(prepared, pc)
 		n.metrics.prepares.WithLabelValues(resultPrepared).Inc()
-		n.log.Info("DRA claim prepared", "claim", pc.String(), "devices", pc.deviceNames(), "cdiDevices", pc.cdiIDs())
+		n.log.Info("DRA claim prepared", "claim", pc.String(), "devices", pc.deviceNames(), "cdiDevices", pc.cdiIDs(),
+			"adminAccessDevices", pc.adminAccessDevices())
 	}
-	return resp, nil
+	return resp, prepared
 }
 
 // NodeUnprepareResources implements drapbv1.DRAPluginServer: prepared
@@ -119,6 +135,7 @@ func (s *draService) NodeUnprepareResources(_ context.Context, req *drapbv1.Node
 	n := s.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	defer n.shareLocked()()
 	resp := &drapbv1.NodeUnprepareResourcesResponse{Claims: make(map[string]*drapbv1.NodeUnprepareResourceResponse, len(req.GetClaims()))}
 	removed := map[string]PreparedClaim{}
 	for _, c := range req.GetClaims() {
@@ -227,6 +244,8 @@ func (n *Node) prepare(c *drapbv1.Claim, f fetchedClaim, table *Table) (Prepared
 		if r.ShareID != nil {
 			pd.ShareID = string(*r.ShareID)
 		}
+		pd.AdminAccess = ptr.Deref(r.AdminAccess, false)
+		pd.Status = deviceStatusData(d)
 		pc.Devices = append(pc.Devices, pd)
 	}
 	if nproblems > 0 {

@@ -30,6 +30,8 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/featureplug/featureplug/rules/plan"
 )
 
 // nodeTestNode is the node name of the tests' pool.
@@ -45,6 +47,18 @@ type nodeClaims struct {
 	claims map[string]*resourceapi.ResourceClaim // by namespace/name
 	err    error                                 // returned for every Get when set
 	gets   int
+	// patches are the Patch calls; patchErr is returned for each when set.
+	patches  []nodePatch
+	patchErr error
+}
+
+// nodePatch is one Patch call of a test's claims.
+type nodePatch struct {
+	namespace, name string
+	pt              types.PatchType
+	data            []byte
+	opts            metav1.PatchOptions
+	subresources    []string
 }
 
 // in returns the ResourceClaims of namespace (NodeOptions.Claims).
@@ -59,6 +73,25 @@ type nodeClaimsIn struct {
 // Get implements ResourceClaims.
 func (n nodeClaimsIn) Get(ctx context.Context, name string, _ metav1.GetOptions) (*resourceapi.ResourceClaim, error) {
 	return n.c.get(ctx, n.namespace, name)
+}
+
+// Patch implements ResourceClaims: it records the call.
+func (n nodeClaimsIn) Patch(_ context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*resourceapi.ResourceClaim, error) {
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.patches = append(c.patches, nodePatch{n.namespace, name, pt, data, opts, subresources})
+	if c.patchErr != nil {
+		return nil, c.patchErr
+	}
+	return &resourceapi.ResourceClaim{}, nil
+}
+
+// patchCalls returns the Patch calls so far.
+func (c *nodeClaims) patchCalls() []nodePatch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]nodePatch(nil), c.patches...)
 }
 
 func (c *nodeClaims) get(_ context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
@@ -122,8 +155,10 @@ func nodeOurs(request, device string) nodeResult {
 // nodeTable has two devices with CDI IDs and one without.
 func nodeTable() *Table {
 	return NewTable([]Device{
-		{Name: "gpu-0000", Resource: "example.com/a100", CDIDevices: []string{"k8s.featureplug.io/gpu=GPU-0000"}},
-		{Name: "mig-1111", Resource: "example.com/mig-1g", CDIDevices: []string{"k8s.featureplug.io/gpu=MIG-1111"}},
+		{Name: "gpu-0000", Resource: "example.com/a100", CDIDevices: []string{"k8s.featureplug.io/gpu=GPU-0000"},
+			Device: plan.Device{ID: "GPU-0000", Kind: plan.DeviceGPU}, PCIBusID: "0000:07:00.0", Product: "NVIDIA A100-SXM4-80GB"},
+		{Name: "mig-1111", Resource: "example.com/mig-1g", CDIDevices: []string{"k8s.featureplug.io/gpu=MIG-1111"},
+			Device: plan.Device{ID: "MIG-1111", Kind: plan.DeviceMIG, Profile: "1g.10gb"}, PCIBusID: "0000:0f:00.0", Product: "NVIDIA A100-SXM4-40GB"},
 		{Name: "gpu-nocdi", Resource: "example.com/a100"},
 	})
 }
@@ -187,20 +222,31 @@ func newNodeEnv(t *testing.T, stateDir string, claims *nodeClaims, table func() 
 		stateDir = filepath.Join(root, "state")
 	}
 	e := &nodeEnv{
-		t: t, reg: prometheus.NewRegistry(), claims: claims, logs: &nodeLogBuffer{}, stateDir: stateDir,
+		t: t, claims: claims, stateDir: stateDir,
 		regDir: filepath.Join(root, "reg"), plugDir: filepath.Join(root, "plug"),
 	}
+	return e.another("", table)
+}
+
+// another makes a Node (not yet running) in e's directories, with its own
+// metrics and logs, named instance for rolling updates ("" for none).
+func (e *nodeEnv) another(instance string, table func() *Table) *nodeEnv {
+	e.t.Helper()
+	o := &nodeEnv{
+		t: e.t, reg: prometheus.NewRegistry(), claims: e.claims, logs: &nodeLogBuffer{}, stateDir: e.stateDir,
+		regDir: e.regDir, plugDir: e.plugDir,
+	}
 	n, err := NewNode(NodeOptions{
-		NodeName: nodeTestNode, RegistryDir: e.regDir, PluginDir: e.plugDir, StateDir: stateDir,
-		Claims: claims.in, Table: table, Watcher: runWatcher(t, 20*time.Millisecond),
-		Logger:     slog.New(slog.NewTextHandler(e.logs, nil)),
-		Registerer: e.reg,
+		NodeName: nodeTestNode, RegistryDir: o.regDir, PluginDir: o.plugDir, StateDir: o.stateDir, Instance: instance,
+		Claims: o.claims.in, Table: table, Watcher: runWatcher(e.t, 20*time.Millisecond),
+		Logger:     slog.New(slog.NewTextHandler(o.logs, nil)),
+		Registerer: o.reg,
 	})
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	e.n = n
-	return e
+	o.n = n
+	return o
 }
 
 // start runs the node until the test ends (or stop).
@@ -441,8 +487,10 @@ func TestNodePrepareUnprepare(t *testing.T) {
 	}
 	ck := e.checkpoint()
 	wantCk := []PreparedClaim{
-		{UID: "uid-a", Namespace: "ns1", Name: "claim-a", Devices: []PreparedDevice{{Requests: []string{"gpu"}, Pool: nodeTestNode, Device: "gpu-0000", CDIDeviceIDs: []string{"k8s.featureplug.io/gpu=GPU-0000"}}}},
-		{UID: "uid-b", Namespace: "ns1", Name: "claim-b", Devices: []PreparedDevice{{Requests: []string{"mig"}, Pool: nodeTestNode, Device: "mig-1111", CDIDeviceIDs: []string{"k8s.featureplug.io/gpu=MIG-1111"}, ShareID: "share-1"}}},
+		{UID: "uid-a", Namespace: "ns1", Name: "claim-a", Devices: []PreparedDevice{{Requests: []string{"gpu"}, Pool: nodeTestNode, Device: "gpu-0000", CDIDeviceIDs: []string{"k8s.featureplug.io/gpu=GPU-0000"},
+			Status: &DeviceStatusData{UUID: "GPU-0000", PCIBusID: "0000:07:00.0", ProductName: "NVIDIA A100-SXM4-80GB", Resource: "example.com/a100"}}}},
+		{UID: "uid-b", Namespace: "ns1", Name: "claim-b", Devices: []PreparedDevice{{Requests: []string{"mig"}, Pool: nodeTestNode, Device: "mig-1111", CDIDeviceIDs: []string{"k8s.featureplug.io/gpu=MIG-1111"}, ShareID: "share-1",
+			Status: &DeviceStatusData{UUID: "MIG-1111", PCIBusID: "0000:0f:00.0", ProductName: "NVIDIA A100-SXM4-40GB", MIGProfile: "1g.10gb", Resource: "example.com/mig-1g"}}}},
 	}
 	if ck.Version != 1 || !reflect.DeepEqual(ck.Claims, wantCk) {
 		t.Fatalf("checkpoint = %+v, want %+v", ck, wantCk)

@@ -36,7 +36,6 @@ import (
 // field selectors spec.nodeName and spec.driver, so it sees only its own
 // node's slices.
 type ResourceSlices interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourceapi.ResourceSlice, error)
 	List(ctx context.Context, opts metav1.ListOptions) (*resourceapi.ResourceSliceList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Create(ctx context.Context, slice *resourceapi.ResourceSlice, opts metav1.CreateOptions) (*resourceapi.ResourceSlice, error)

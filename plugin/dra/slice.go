@@ -203,6 +203,8 @@ func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, 
 				Sharing:    r.Sharing,
 				Device:     d,
 				CDIDevices: []string{parser.QualifiedName(vendor, class, cdiName(d))},
+				PCIBusID:   gpu.PCIBusID,
+				Product:    gpu.Product,
 				Unhealthy:  unhealthyReason(o.Unhealthy, d),
 			})
 		}

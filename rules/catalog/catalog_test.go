@@ -176,3 +176,44 @@ func TestCheckDynamicMIG(t *testing.T) {
 		t.Errorf("a dynamic rule for every catalog GPU: %v", err)
 	}
 }
+
+// TestCheckFindsConflictsOnMixedNodes: two rules give one resource with
+// different sharing, one on MIG devices of a labelled node, the other on
+// B200 GPUs. No catalog node holds both, but a node may (16 GPUs of two
+// products, one of them in MIG mode), and run refuses its plan there; so
+// check refuses the file, naming both rules and the labels; rules whose
+// selectors keep them apart pass.
+func TestCheckFindsConflictsOnMixedNodes(t *testing.T) {
+	const head = "apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"
+	conflict := head + `- name: r0
+  devices: mig
+  nodeSelector:
+    matchLabels: {pool: p0}
+  resource: nvidia.com/gpu
+  sharing: {strategy: time-slicing, replicas: 64}
+- name: r1
+  devices: gpu
+  matchFeatures:
+  - feature: nvidia.gpu
+    matchExpressions:
+      product: {op: InRegexp, value: ["B200"]}
+  resource: nvidia.com/gpu
+`
+	rs, err := rules.Parse("mixed.yaml", []byte(conflict))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Check(rs)
+	if err == nil || !strings.Contains(err.Error(), `mixed.yaml:`) ||
+		!strings.Contains(err.Error(), `on a node holding devices of several catalog nodes with node labels pool=p0: resource "nvidia.com/gpu" of`) ||
+		!strings.Contains(err.Error(), `is also given by rules[0] "r0" with sharing time-slicing x64; a resource has one sharing`) {
+		t.Errorf("check: %v", err)
+	}
+	apart := strings.Replace(conflict, "- name: r1\n  devices: gpu\n", "- name: r1\n  devices: gpu\n  nodeSelector:\n    matchLabels: {pool: p1}\n", 1)
+	if rs, err = rules.Parse("apart.yaml", []byte(apart)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(rs); err != nil {
+		t.Errorf("rules on pools p0 and p1 cannot meet on a node, but check says %v", err)
+	}
+}

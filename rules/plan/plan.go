@@ -10,6 +10,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/featureplug/featureplug/discovery"
@@ -49,8 +50,10 @@ type Plan struct {
 	Links discovery.LinkMatrix `json:"links,omitempty"`
 	// Problems are the devices a rule claimed but that could not be
 	// advertised (its template failed or gave an invalid resource name, or
-	// a VFIO device's IOMMU group cannot be passed through), in inventory
-	// order. They are left out of Resources; the rest of the plan serves.
+	// what the node is keeps them out: a VFIO device's IOMMU group cannot
+	// be passed through, a GPU needs a reset), in inventory order. They are
+	// left out of Resources. A plan with a template problem is refused
+	// whole (CheckTemplates); with the others, the rest of the plan serves.
 	Problems []Problem `json:"problems,omitempty"`
 	// MIGStrategy is NVIDIA's MIG strategy the rules amount to (MIGStrategy
 	// constants; "" when unknown): publishers label it as
@@ -110,6 +113,10 @@ type Problem struct {
 	Resource string `json:"resource,omitempty"`
 	// Message says what is wrong, naming the rule's field and value.
 	Message string `json:"message"`
+	// Template says the rule's resource template failed on the device or
+	// gave an invalid name: a mistake of the rules, which CheckTemplates
+	// refuses, rather than a fact of the node.
+	Template bool `json:"template,omitempty"`
 }
 
 // String formats the problem as one line for logs and Events.
@@ -216,6 +223,26 @@ func (p *Plan) Resource(name string) (*Resource, bool) {
 		}
 	}
 	return nil, false
+}
+
+// CheckTemplates returns an error when a rule's resource template failed
+// on a device of p or gave it an invalid name (Problem.Template): one line
+// per such device, naming the file, rule, device and value, the message
+// `rules check` gives for the node. The agent refuses such a plan whole,
+// as check does, and keeps its last good one: a template that is wrong on
+// some devices is a mistake of the file, and serving the rest would make
+// what check refuses run. It is nil when there is none.
+func (p *Plan) CheckTemplates() error {
+	if p == nil {
+		return nil
+	}
+	var errs []error
+	for _, pr := range p.Problems {
+		if pr.Template {
+			errs = append(errs, errors.New(pr.Message))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // CheckServes returns an error when p advertises no device of a node that

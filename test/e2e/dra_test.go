@@ -159,7 +159,13 @@ func draE2EStartNode(t *testing.T, api *harness.APIServer, name, rules string) *
 // DRA directories, the device-plugin directory kubeletDir ("" for none).
 func (n *draE2ENode) draE2EStartAgent(t *testing.T, serve, kubeletDir string) {
 	t.Helper()
-	n.agent = startAgent(t, agentSpec{
+	n.agent = startAgent(t, n.draE2EAgentSpec(serve, kubeletDir))
+}
+
+// draE2EAgentSpec is the agent draE2EStartAgent runs, as the cluster's
+// admin.
+func (n *draE2ENode) draE2EAgentSpec(serve, kubeletDir string) agentSpec {
+	return agentSpec{
 		Node:       n.name,
 		FakeNode:   filepath.Join(build.root, "test", "e2e", draE2EFakeNode),
 		Rules:      n.rules,
@@ -174,7 +180,7 @@ func (n *draE2ENode) draE2EStartAgent(t *testing.T, serve, kubeletDir string) {
 			"--cdi-kind", draE2ECDIKind,
 			"--rediscover-interval", "1h",
 		},
-	})
+	}
 }
 
 // draE2EWaitRegistered waits until the agent's DRA driver is registered

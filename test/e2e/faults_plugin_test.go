@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -493,5 +495,67 @@ func TestFault14StaleSocketRemoved(t *testing.T) {
 		if _, err := os.Lstat(p); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
+	}
+}
+
+// TestFault27ListAndWatchStreamsBounded opens 300 ListAndWatch streams to
+// the agent's server over 10 connections and never reads past their first
+// answer, as a misbehaving local client could: the server keeps 8 open,
+// the kubelet's among them, and refuses every other at once with
+// ResourceExhausted naming the bound, counted in
+// featureplug_plugin_streams_refused_total; the agent's goroutines grow by
+// the 7 streams it keeps, not by the 300; the kubelet's stream is
+// unharmed and gets the next device list.
+func TestFault27ListAndWatchStreamsBounded(t *testing.T) {
+	const streams, conns, bound = 300, 10, 8
+	e := pluginFaultStart(t, "")
+	e.waitReadyz(http.StatusOK)
+	before := e.agent.metric(t, "go_goroutines")
+	sock := filepath.Join(e.dir, "featureplug-nvidia.com_gpu.sock")
+	ctx, cancel := context.WithCancel(e.ctx())
+	defer cancel()
+	var accepted, refused int
+	var other []error
+	for c := range conns {
+		conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		client := pluginapi.NewDevicePluginClient(conn)
+		for range streams / conns {
+			stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			switch {
+			case err == nil:
+				accepted++
+			case status.Code(err) == codes.ResourceExhausted &&
+				strings.Contains(err.Error(), "resource nvidia.com/gpu: 8 ListAndWatch streams are open, the most one device-plugin server keeps (the kubelet needs one)"):
+				refused++
+			default:
+				other = append(other, fmt.Errorf("connection %d: %w", c, err))
+			}
+		}
+	}
+	after := e.agent.metric(t, "go_goroutines")
+	t.Logf("%d streams: %d kept, %d refused; agent goroutines %v -> %v", streams, accepted, refused, before, after)
+	if accepted != bound-1 || refused != streams-accepted || len(other) > 0 {
+		t.Errorf("%d streams kept, %d refused, other errors %v; want %d kept (the kubelet holds the 8th), the rest refused", accepted, refused, other, bound-1)
+	}
+	if got := e.agent.metric(t, "featureplug_plugin_streams_refused_total", `resource="nvidia.com/gpu"`); got != float64(refused) {
+		t.Errorf("featureplug_plugin_streams_refused_total = %v, want %d", got, refused)
+	}
+	// Each kept stream costs a few goroutines and each connection a few
+	// more; 300 streams kept would cost over a thousand.
+	if grown := after - before; grown > 10*bound+5*conns {
+		t.Errorf("agent goroutines grew by %v for %d kept streams over %d connections", grown, accepted, conns)
+	}
+	// The kubelet's stream still gets what changes.
+	updates := e.kubelet.Updates(pluginFaultResource)
+	e.agent.injectXID(t, 0, 79)
+	if err := e.kubelet.WaitUntil(e.ctx(), func() bool { return e.kubelet.Updates(pluginFaultResource) > updates }); err != nil {
+		t.Errorf("the kubelet's stream got no update after the refused streams: %v", err)
 	}
 }

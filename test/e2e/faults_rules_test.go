@@ -158,12 +158,28 @@ func TestFault07HugeReplicas(t *testing.T) {
 	}
 }
 
+// rulesFaultMIGFixed is rulesFaultMIG with the template made valid on
+// every profile: "+" becomes ".".
+const rulesFaultMIGFixed = rulesFaultHeader + `- name: mig
+  devices: mig
+  resource: 'nvidia.com/mig-{{ .profile | replace "+" "." }}'
+- name: gpu
+  devices: gpu
+  resource: nvidia.com/gpu
+`
+
+// rulesFaultMIGMessage is the start of the one message check, explain and
+// run give for the +me device of a100-80gb-mixed under rulesFaultMIG.
+const rulesFaultMIGMessage = `rules[0] "mig": resource: template gives "nvidia.com/mig-1g.10gb+me" for GPU 0 MIG 3 (1g.10gb+me)`
+
 // TestFault08InvalidTemplateName: a template that gives an invalid name on
 // some catalog device is an error at check time naming the rule, device and
-// name; at run time on a node with such a device (a 1g.10gb+me MIG device)
-// the other resources serve and the bad device is reported: a WARN line,
-// featureplug_plan_device_errors, rule_reloads_total{result="partial"} (not
-// "applied"), and a Warning Event DeviceRuleError on the Node.
+// name. On a node with such a device (a 1g.10gb+me MIG device) and valid
+// names for the others, check on the node, explain on the node and run
+// give one verdict: the plan is refused, with one message naming the
+// file, rule, device and value. As a hot reload the last good plan keeps
+// serving (rule_reloads_total{result="invalid"}, Warning Event
+// InvalidRules); no device of the file is served.
 func TestFault08InvalidTemplateName(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs featureplug")
@@ -180,15 +196,21 @@ func TestFault08InvalidTemplateName(t *testing.T) {
 			t.Errorf("rules check %s: exit %d, stderr:\n%s\nwant an error containing %q", migFile, code, stderr, want)
 		}
 	}
-	// Product names with spaces: check errors, as run leaves them out.
+	// Product names with spaces: check errors, as run refuses them.
 	product := rulesFaultWrite(t, dir, "product.yaml", rulesFaultHeader+"- name: per-product\n  devices: gpu\n  resource: 'example.com/{{ .product }}'\n")
 	_, stderr, code = rulesFaultCLI(t, "rules", "check", product)
 	if code == 0 || !strings.Contains(stderr, `rules[0] "per-product": resource: template gives "example.com/NVIDIA H100 80GB HBM3"`) {
 		t.Errorf("rules check %s: exit %d, stderr:\n%s", product, code, stderr)
 	}
+	_, checkErr, code := rulesFaultCLI(t, "rules", "check", "--fake-node", "a100-80gb-mixed", migFile)
+	message := rulesFaultLine(checkErr, rulesFaultMIGMessage) // check's whole message for the device
+	if code != 1 || message == "" || !strings.HasPrefix(message, migFile+":6: ") {
+		t.Fatalf("rules check --fake-node a100-80gb-mixed %s: exit %d, stderr:\n%s\nwant %s:6: %s...", migFile, code, checkErr, migFile, rulesFaultMIGMessage)
+	}
 	out, stderr, code := rulesFaultCLI(t, "rules", "explain", "--rules", migFile, "--fake-node", "a100-80gb-mixed")
-	if code != 0 || !strings.Contains(out, "resource  none: left out because of its rule") || !strings.Contains(stderr, "warning: left out: GPU 0 MIG 3 (1g.10gb+me)") {
-		t.Errorf("rules explain: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	if code != 1 || !strings.Contains(out, "resource  none: left out because of its rule") ||
+		!strings.Contains(stderr, "run refuses this plan on this node:\n"+message) {
+		t.Errorf("rules explain: exit %d, want 1 with check's message %q\nstdout:\n%s\nstderr:\n%s", code, message, out, stderr)
 	}
 
 	api := harness.StartAPIServer(t)
@@ -196,39 +218,59 @@ func TestFault08InvalidTemplateName(t *testing.T) {
 	node := c.node(t, "fault08", nil)
 	kubeletDir := shortTempDir(t)
 	peer := harness.StartKubeletPeer(t, kubeletDir)
+	rulesFile := rulesFaultWrite(t, shortTempDir(t), "rules.yaml", rulesFaultMIGFixed)
 	a := startAgent(t, agentSpec{
-		Node: node, FakeNode: "a100-80gb-mixed", Rules: migFile, KubeletDir: kubeletDir,
+		Node: node, FakeNode: "a100-80gb-mixed", Rules: rulesFile, KubeletDir: kubeletDir,
 		Kubeconfig: api.KubeconfigPath, Namespace: agentNamespace,
 	})
-	// The rest of the plan serves: GPU 0's other MIG devices and GPU 1.
-	waitCapacities(t, peer, map[string]int64{
-		"nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-1g.10gb": 1, "nvidia.com/gpu": 1,
-	})
-	a.waitMetric(t, "featureplug_plan_device_errors", func(v float64) bool { return v == 1 })
+	served := map[string]int64{
+		"nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-1g.10gb": 1, "nvidia.com/mig-1g.10gb.me": 1, "nvidia.com/gpu": 1,
+	}
+	waitCapacities(t, peer, served)
 	a.waitMetric(t, "featureplug_ready", func(v float64) bool { return v == 1 })
-	if got := a.metric(t, "featureplug_rule_reloads_total", `result="applied"`); got != 0 {
-		t.Errorf(`featureplug_rule_reloads_total{result="applied"} = %v with a device left out, want 0`, got)
-	}
-	if got := a.metric(t, "featureplug_rule_reloads_total", `result="partial"`); got != 1 {
-		t.Errorf(`featureplug_rule_reloads_total{result="partial"} = %v, want 1`, got)
-	}
-	rulesFaultWaitLog(t, a, "devices left out of the plan because of their rules; the rest is served", "1g.10gb+me")
-	if err := c.waitEvent(node, "DeviceRuleError"); err != nil {
+	applied := a.metric(t, "featureplug_rule_reloads_total", `result="applied"`)
+
+	// The hot reload to the template invalid on the +me device is refused
+	// whole, with check's message; the last good plan keeps serving.
+	writeFileAtomic(t, rulesFile, []byte(rulesFaultMIG))
+	a.waitMetric(t, "featureplug_rule_reloads_total", func(v float64) bool { return v == 1 }, `result="invalid"`)
+	rulesFaultWaitLog(t, a, "rules rejected; keeping", strings.ReplaceAll(strings.TrimPrefix(message, migFile), `"`, `\"`))
+	if err := c.waitEvent(node, "InvalidRules"); err != nil {
 		t.Errorf("node %s: %v", node, err)
 	}
+	for _, result := range []string{"applied", "partial"} {
+		want := 0.0
+		if result == "applied" {
+			want = applied
+		}
+		if got := a.metric(t, "featureplug_rule_reloads_total", `result="`+result+`"`); got != want {
+			t.Errorf(`featureplug_rule_reloads_total{result=%q} = %v after the refused reload, want %v`, result, got, want)
+		}
+	}
+	waitCapacities(t, peer, served)
 	if code, body, err := a.get("/readyz"); err != nil || code != http.StatusOK {
 		t.Errorf("/readyz: %d %s %v", code, body, err)
 	}
 
-	// A file every device of which is left out is not "applied": the
-	// last good plan keeps serving.
+	// A file every device of which is left out is refused the same way.
 	invalid := a.metric(t, "featureplug_rule_reloads_total", `result="invalid"`)
-	writeFileAtomic(t, migFile, []byte(rulesFaultHeader+"- name: all-bad\n  devices: mig\n  resource: 'nvidia.com/mig {{ .profile }}'\n"))
+	writeFileAtomic(t, rulesFile, []byte(rulesFaultHeader+"- name: all-bad\n  devices: mig\n  resource: 'nvidia.com/mig {{ .profile }}'\n"))
 	a.waitMetric(t, "featureplug_rule_reloads_total", func(v float64) bool { return v > invalid }, `result="invalid"`)
-	if got := a.metric(t, "featureplug_rule_reloads_total", `result="applied"`); got != 0 {
-		t.Errorf(`featureplug_rule_reloads_total{result="applied"} = %v after a file that plans nothing, want 0`, got)
+	if got := a.metric(t, "featureplug_rule_reloads_total", `result="applied"`); got != applied {
+		t.Errorf(`featureplug_rule_reloads_total{result="applied"} = %v after a file that plans nothing, want %v`, got, applied)
 	}
-	waitCapacities(t, peer, map[string]int64{"nvidia.com/mig-3g.40gb": 1, "nvidia.com/gpu": 1})
+	waitCapacities(t, peer, served)
+}
+
+// rulesFaultLine returns the first line of out that contains want,
+// trimmed, or "".
+func rulesFaultLine(out, want string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, want) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // TestFault15BadCommands: unknown subcommands fail naming the command; a
@@ -278,6 +320,16 @@ func TestFault15BadCommands(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), mixd) {
 			t.Errorf("featureplug %v: %v, output:\n%s\nwant %q", args, err, out, mixd)
 		}
+	}
+
+	// --kubelet-dir naming a file: one line naming the flag and the path,
+	// before anything starts.
+	notDir := rulesFaultWrite(t, dir, "device-plugins", "")
+	_, stderr, code := rulesFaultCLI(t, "run", "--fake-node", "dgx-a100", "--node-name", "fault15", "--publish", "none",
+		"--kubelet-dir", notDir, "--metrics-addr", "", "--state-dir", t.TempDir())
+	if want := "featureplug: --kubelet-dir " + notDir + " is not a directory (it is a regular file)"; code != 2 ||
+		!strings.HasPrefix(stderr, want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("run --kubelet-dir FILE: exit %d, stderr:\n%s\nwant exit 2 and the one line %q...", code, stderr, want)
 	}
 
 	pools := rulesFaultWrite(t, dir, "pools.yaml", rulesFaultHeader+`- name: inference
@@ -386,8 +438,8 @@ func TestFault04RulesFileEmptied(t *testing.T) {
 // +me devices; where a MIG-only template claims none of the node's
 // devices, check on the node refuses the file with the reason a running
 // agent refuses it (the plan would withdraw every resource). On
-// a100-80gb-mixed, check on the node refuses the file for the +me device
-// with the message run reports as it leaves that device out.
+// a100-80gb-mixed, check on the node refuses the file for the +me device,
+// and run refuses it with the same message, serving none of it.
 func TestFault08CheckAndRunAgree(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs featureplug")
@@ -455,24 +507,23 @@ func TestFault08CheckAndRunAgree(t *testing.T) {
 		t.Errorf("rules check --fake-node dgx-h100 %s: stderr:\n%s", migOnly, stderr)
 	}
 
-	// On a node with a +me device, check on the node refuses the file
-	// with the very message run logs as it leaves the device out.
+	// On a node with a +me device, check on the node refuses the file,
+	// and an agent started with it serves none of its devices, logging
+	// check's very message.
 	migFile := rulesFaultWrite(t, dir, "mig.yaml", rulesFaultMIG)
 	_, stderr, code = rulesFaultCLI(t, "rules", "check", "--fake-node", "a100-80gb-mixed", migFile)
-	want := `rules[0] "mig": resource: template gives "nvidia.com/mig-1g.10gb+me" for GPU 0 MIG 3 (1g.10gb+me)`
-	if code != 1 || !strings.Contains(stderr, want) {
-		t.Fatalf("rules check --fake-node a100-80gb-mixed %s: exit %d, stderr:\n%s\nwant %q", migFile, code, stderr, want)
+	message := rulesFaultLine(stderr, rulesFaultMIGMessage)
+	if code != 1 || message == "" {
+		t.Fatalf("rules check --fake-node a100-80gb-mixed %s: exit %d, stderr:\n%s\nwant %q", migFile, code, stderr, rulesFaultMIGMessage)
 	}
 	mixedDir := shortTempDir(t)
 	mixedPeer := harness.StartKubeletPeer(t, mixedDir)
 	mixed := startAgent(t, agentSpec{Node: "fault08-agree-mixed", FakeNode: "a100-80gb-mixed", Rules: migFile, KubeletDir: mixedDir})
-	waitCapacities(t, mixedPeer, map[string]int64{"nvidia.com/mig-3g.40gb": 1, "nvidia.com/gpu": 1})
-	var message string // check's whole message for the device
-	for _, line := range strings.Split(stderr, "\n") {
-		if strings.Contains(line, want) {
-			message = strings.TrimSpace(line)
+	// The log's text handler quotes the value, escaping its quotes.
+	rulesFaultWaitLog(t, mixed, "rules rejected; keeping", strings.ReplaceAll(message, `"`, `\"`))
+	for _, res := range []string{"nvidia.com/gpu", "nvidia.com/mig-3g.40gb"} {
+		if c, al := mixedPeer.Capacity(res); c != 0 || al != 0 {
+			t.Errorf("kubelet capacity of %s = %d (%d allocatable) under rules check refuses on the node, want 0", res, c, al)
 		}
 	}
-	// The log's text handler quotes the value, escaping its quotes.
-	rulesFaultWaitLog(t, mixed, "devices left out of the plan because of their rules", strings.ReplaceAll(message, `"`, `\"`))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/featureplug/featureplug/test/harness"
 	"github.com/featureplug/featureplug/test/manifests/render"
@@ -28,12 +29,7 @@ func TestSecureDRAManifestsOnAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*waitTimeout)
 	defer cancel()
 	dir := filepath.Join(build.root, "manifests")
-	objs, err := render.KustomizeComposed(t.TempDir(), []string{filepath.Join(dir, "overlays", "nodefeature")},
-		[]string{filepath.Join(dir, "components", "dra")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	secureApply(ctx, t, api, "overlays/nodefeature + components/dra", objs)
+	secureApplyDRA(ctx, t, api)
 
 	rulesFile := filepath.Join(dir, "examples", "rules", "per-model-time-slicing.yaml")
 	out, err := exec.CommandContext(ctx, build.agent, "dra", "classes", "--rules", rulesFile, "-o", "json").Output()
@@ -76,4 +72,19 @@ func TestSecureDRAManifestsOnAPIServer(t *testing.T) {
 			t.Errorf("DeviceClass %s: labels %v, want the chart's", name, dc.Labels)
 		}
 	}
+}
+
+// secureApplyDRA applies kustomize's overlays/nodefeature with
+// components/dra to the API server with server-side apply and returns
+// the objects.
+func secureApplyDRA(ctx context.Context, t *testing.T, api *harness.APIServer) []*unstructured.Unstructured {
+	t.Helper()
+	dir := filepath.Join(build.root, "manifests")
+	objs, err := render.KustomizeComposed(t.TempDir(), []string{filepath.Join(dir, "overlays", "nodefeature")},
+		[]string{filepath.Join(dir, "components", "dra")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secureApply(ctx, t, api, "overlays/nodefeature + components/dra", objs)
+	return objs
 }

@@ -117,13 +117,14 @@ func TestSecureOptionsAddExactlyTheirPrivileges(t *testing.T) {
 	mig := secureChange{added: []string{"capability:SYS_ADMIN", "allowPrivilegeEscalation", "env:NVIDIA_MIG_MONITOR_DEVICES=all"}}
 	dra := secureChange{added: []string{
 		"hostPath:/var/run/cdi:rw", "hostPath:/var/lib/kubelet/plugins_registry:rw", "hostPath:/var/lib/kubelet/plugins/gpu.featureplug.io:rw",
-		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "get"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "list"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "watch"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "create"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "update"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceslices", "", "delete"),
 		"rbac:" + secureRight("resource.k8s.io", "resourceclaims", "", "get"),
+		"rbac:" + secureRight("resource.k8s.io", "resourceclaims", "status", "patch"),
+		"rbac:" + secureRight("resource.k8s.io", "resourceclaims", "driver", "associated-node:patch") + " named gpu.featureplug.io",
 	}}
 	driverRoot := func(path string) secureChange {
 		return secureChange{added: []string{"privileged", "allowPrivilegeEscalation", "hostPath:" + path + ":ro"}}
@@ -191,11 +192,15 @@ func secureOptionProfile(t *testing.T, objs []*unstructured.Unstructured) sets.S
 				v, _, _ := unstructured.NestedStringSlice(m, k)
 				return v
 			}
+			named := ""
+			if names := str("resourceNames"); len(names) > 0 {
+				named = " named " + strings.Join(names, ",")
+			}
 			for _, g := range str("apiGroups") {
 				for _, res := range str("resources") {
 					resource, sub, _ := strings.Cut(res, "/")
 					for _, v := range str("verbs") {
-						p.Insert("rbac:" + secureRight(g, resource, sub, v))
+						p.Insert("rbac:" + secureRight(g, resource, sub, v) + named)
 					}
 				}
 			}

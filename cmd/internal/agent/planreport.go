@@ -11,7 +11,7 @@ import (
 // Reasons and results of the plan report.
 const (
 	// reasonDeviceRuleError is the Warning Event reason when the plan
-	// leaves devices out because of their rule.
+	// leaves devices out.
 	reasonDeviceRuleError = "DeviceRuleError"
 	// reloadPartial is the rule_reloads_total result of rules that serve
 	// but leave some devices out.
@@ -43,7 +43,7 @@ func (a *Agent) planReporter() *planReport {
 	}
 	r := &planReport{gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "featureplug_plan_device_errors",
-		Help: "Devices the current plan leaves out because their rule's resource template fails or gives an invalid name; the rest of the plan serves.",
+		Help: "Devices the current plan leaves out for what the node is (a VFIO group that cannot be passed through, a GPU that needs a reset, the single strategy on a mixed node); the rest of the plan serves. A template that fails on a device refuses the whole plan instead.",
 	})}
 	if err := a.registry.Register(r.gauge); err != nil {
 		a.log.Error("registering featureplug_plan_device_errors", "err", err)

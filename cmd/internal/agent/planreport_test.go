@@ -38,9 +38,12 @@ func planReportRules(t *testing.T, body string) RuleSet {
 	return rs
 }
 
-// TestPlanReport checks how rules whose templates leave devices out are
-// taken and reported: "partial" reloads, one WARN per change, the gauge,
-// and rules that leave out every device they claim refused as invalid.
+// TestPlanReport checks how plans that leave devices out are taken and
+// reported. A rule's template that fails on some devices refuses the
+// rules whole, as `rules check` on the node does, with check's message;
+// devices left out for what the node is (a problem that is not a
+// template's) make a "partial" reload, one WARN per change and the gauge;
+// rules that leave out every device they claim are refused as invalid.
 func TestPlanReport(t *testing.T) {
 	src, err := gpusource.OpenFake("a100-80gb-mixed")
 	if err != nil {
@@ -67,22 +70,37 @@ func TestPlanReport(t *testing.T) {
 		t.Fatal("valid rules were not applied")
 	}
 	mig := planReportRules(t, "- name: mig\n  devices: mig\n  resource: 'nvidia.com/mig-{{ .profile }}'\n- name: gpu\n  devices: gpu\n  resource: nvidia.com/gpu\n")
-	if !a.takeRules(mig) || a.ruleSet != mig {
-		t.Fatal("rules that serve all but one device were not taken")
+	if a.takeRules(mig) || a.ruleSet != good {
+		t.Fatal("rules whose template names one device invalidly replaced the last good")
+	}
+	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 1 {
+		t.Errorf(`rule_reloads_total{result="invalid"} = %v, want 1`, got)
+	}
+	for _, want := range []string{"rules rejected", `r.yaml:6: rules[0] \"mig\": resource: template gives \"nvidia.com/mig-1g.10gb+me\" for GPU 0 MIG 3 (1g.10gb+me)`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the refusal does not say %s:\n%s", want, logs.String())
+		}
+	}
+
+	// A device left out for what the node is: the rest serves.
+	p, err := good.Plan(a.inv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Problems = []plan.Problem{{Device: "GPU-x", Description: "VFIO NVIDIA L40S", Rule: "vms", Message: "IOMMU group 35 cannot be passed through"}}
+	partial := fixedRuleSet{p}
+	if !a.takeRules(partial) || a.ruleSet != RuleSet(partial) {
+		t.Fatal("rules that leave out a device the node cannot pass through were not taken")
 	}
 	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues(reloadPartial)); got != 1 {
 		t.Errorf(`rule_reloads_total{result="partial"} = %v, want 1`, got)
 	}
-	plan, err := mig.Plan(a.inv, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.reportPlanProblems(plan)
-	a.reportPlanProblems(plan) // unchanged: not reported again
-	if n := strings.Count(logs.String(), "devices left out of the plan because of their rules"); n != 1 {
+	a.reportPlanProblems(p)
+	a.reportPlanProblems(p) // unchanged: not reported again
+	if n := strings.Count(logs.String(), "devices left out of the plan"); n != 1 {
 		t.Errorf("%d WARN lines for one change, want 1:\n%s", n, logs.String())
 	}
-	if !strings.Contains(logs.String(), "1g.10gb+me") {
+	if !strings.Contains(logs.String(), "IOMMU group 35") {
 		t.Errorf("the WARN line does not name the device:\n%s", logs.String())
 	}
 	if got := planReportValue(t, a.planReport.gauge); got != 1 {
@@ -90,21 +108,21 @@ func TestPlanReport(t *testing.T) {
 	}
 
 	allBad := planReportRules(t, "- name: bad\n  devices: mig\n  resource: 'nvidia.com/mig {{ .profile }}'\n")
-	if a.takeRules(allBad) || a.ruleSet != mig {
+	if a.takeRules(allBad) || a.ruleSet != RuleSet(partial) {
 		t.Error("rules that leave out every device they claim replaced the last good")
 	}
-	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 1 {
-		t.Errorf(`rule_reloads_total{result="invalid"} = %v, want 1`, got)
+	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 2 {
+		t.Errorf(`rule_reloads_total{result="invalid"} = %v, want 2`, got)
 	}
 	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("applied")); got != 1 {
 		t.Errorf(`rule_reloads_total{result="applied"} = %v, want still 1`, got)
 	}
 
-	plan, err = good.Plan(a.inv, nil)
+	p, err = good.Plan(a.inv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.reportPlanProblems(plan)
+	a.reportPlanProblems(p)
 	if got := planReportValue(t, a.planReport.gauge); got != 0 {
 		t.Errorf("featureplug_plan_device_errors = %v after the problems cleared, want 0", got)
 	}

@@ -150,10 +150,16 @@ func (a *Agent) reportApplyError(err error) {
 // stamped with the digest of rs, with the kubelet API of every resource
 // resolved: the agent's default
 // (--serve) fills in those whose rules do not choose, so that every sink
-// reads plan.Resource.Serve.
+// reads plan.Resource.Serve. A plan in which a rule's resource template
+// fails on a device, or names it invalidly, is an error with the message
+// `rules check` gives on this node (plan.CheckTemplates): the agent
+// refuses it whole, as check does, rather than serve the rest.
 func (a *Agent) planFor(rs RuleSet) (*plan.Plan, error) {
 	p, err := rs.Plan(a.inv, a.nodeLabels)
 	if err != nil {
+		return nil, err
+	}
+	if err := p.CheckTemplates(); err != nil {
 		return nil, err
 	}
 	p.RulesDigest = rs.Digest()

@@ -131,6 +131,9 @@ type Config struct {
 	// dra.DefaultPluginDir); either empty runs no kubelet-facing DRA
 	// driver, so claims of DRA devices cannot be prepared on this node.
 	DRARegistryDir, DRAPluginDir string
+	// DRAInstance names the DRA driver's sockets for rolling updates (the
+	// pod's UID; see dra.NodeOptions.Instance); "" keeps the fixed names.
+	DRAInstance string
 	// Health configures the NVML health watcher.
 	Health discovery.HealthOptions
 	// VFIOProbeInterval is how often the health of the GPUs passed through
@@ -464,8 +467,9 @@ func (b *builder) draNodeSink() (Sink, error) {
 	}
 	node, err := dra.NewNode(dra.NodeOptions{
 		NodeName: a.cfg.NodeName, RegistryDir: a.cfg.DRARegistryDir, PluginDir: a.cfg.DRAPluginDir, StateDir: a.cfg.StateDir,
-		Claims: func(ns string) dra.ResourceClaims { return a.cfg.Kube.ResourceClaims(ns) },
-		Table:  b.dra.Table, Watcher: a.watcher, Logger: log, Registerer: a.registry,
+		Instance: a.cfg.DRAInstance,
+		Claims:   func(ns string) dra.ResourceClaims { return a.cfg.Kube.ResourceClaims(ns) },
+		Table:    b.dra.Table, Watcher: a.watcher, Logger: log, Registerer: a.registry,
 	})
 	if err != nil {
 		return nil, err

@@ -3,12 +3,14 @@ package kube
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestResourceClaimsGet: Get is the request client-go's typed client
@@ -44,6 +46,32 @@ func TestResourceClaimsGet(t *testing.T) {
 	}
 	reqs := seen()
 	if len(reqs) != 2 || reqs[0].method != http.MethodGet || reqs[0].path != "/apis/resource.k8s.io/v1/namespaces/ns1/resourceclaims/c1" {
+		t.Errorf("requests = %+v", reqs)
+	}
+}
+
+// TestResourceClaimsPatchStatus: Patch with subresource status is the
+// request client-go's typed client makes for a server-side apply of a
+// claim's status (PATCH on .../resourceclaims/NAME/status, the apply
+// content type, field manager and force in the query).
+func TestResourceClaimsPatchStatus(t *testing.T) {
+	c, seen := kubeFakeServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		kubeWriteJSON(w, resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: "ns1", UID: "uid-1"}})
+	})
+	body := `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim"}`
+	force := true
+	cl, err := c.ResourceClaims("ns1").Patch(context.Background(), "c1", types.ApplyPatchType, []byte(body),
+		metav1.PatchOptions{FieldManager: "gpu.featureplug.io", Force: &force}, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl.UID != "uid-1" {
+		t.Errorf("claim = %+v", cl)
+	}
+	reqs := seen()
+	if len(reqs) != 1 || reqs[0].method != http.MethodPatch || reqs[0].path != "/apis/resource.k8s.io/v1/namespaces/ns1/resourceclaims/c1/status" ||
+		reqs[0].contentType != string(types.ApplyPatchType) || reqs[0].body != body ||
+		!strings.Contains(reqs[0].query, "fieldManager=gpu.featureplug.io") || !strings.Contains(reqs[0].query, "force=true") {
 		t.Errorf("requests = %+v", reqs)
 	}
 }

@@ -18,13 +18,6 @@ func (c *Client) ResourceSlices() dra.ResourceSlices { return resourceSlices{c} 
 // REST client.
 type resourceSlices struct{ c *Client }
 
-func (r resourceSlices) Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourcev1.ResourceSlice, error) {
-	out := &resourcev1.ResourceSlice{}
-	err := r.c.resource.Get().Resource("resourceslices").Name(name).
-		VersionedParams(&opts, r.c.params).Do(ctx).Into(out)
-	return out, err
-}
-
 func (r resourceSlices) List(ctx context.Context, opts metav1.ListOptions) (*resourcev1.ResourceSliceList, error) {
 	out := &resourcev1.ResourceSliceList{}
 	err := r.c.resource.Get().Resource("resourceslices").

@@ -2,6 +2,7 @@ package render
 
 import (
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -485,4 +486,67 @@ func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+// TestUpdateStrategy: the DaemonSet's rolling update starts the new agent
+// beside the old one (maxSurge 1, maxUnavailable 0), a device-plugin (and
+// DRA) handover with no gap, except with MPS, whose control daemons have
+// one pipe directory per resource: one agent at a time there. Helm renders the
+// same (TestHelmMatchesKustomize) and keeps a strategy set in its values.
+func TestUpdateStrategy(t *testing.T) {
+	surge := map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxUnavailable": int64(0), "maxSurge": int64(1)}}
+	oneAtATime := map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxUnavailable": int64(1), "maxSurge": int64(0)}}
+	for _, tc := range []struct {
+		name string
+		objs func(t *testing.T) []*unstructured.Unstructured
+		want map[string]any
+	}{
+		{"kustomize overlays/nodefeature", func(t *testing.T) []*unstructured.Unstructured { return kustomize(t, "overlays/nodefeature") }, surge},
+		{"kustomize nodefeature + mps", func(t *testing.T) []*unstructured.Unstructured {
+			return composed(t, "overlays/nodefeature", "components/mps")
+		}, oneAtATime},
+		{"kustomize nodefeature + dra", func(t *testing.T) []*unstructured.Unstructured {
+			return composed(t, "overlays/nodefeature", "components/dra")
+		}, surge},
+		{"helm defaults", func(t *testing.T) []*unstructured.Unstructured { return helm(t, nil) }, surge},
+		{"helm updateStrategy OnDelete", func(t *testing.T) []*unstructured.Unstructured {
+			return helm(t, map[string]any{"updateStrategy": map[string]any{"type": "OnDelete"}, "mps": map[string]any{"enabled": true}})
+		}, map[string]any{"type": "OnDelete"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, o := range tc.objs(t) {
+				if o.GetKind() != "DaemonSet" || o.GetName() != "featureplug" {
+					continue
+				}
+				got, _, err := unstructured.NestedMap(o.Object, "spec", "updateStrategy")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(normalizeInts(got), tc.want) {
+					t.Errorf("updateStrategy %v, want %v", got, tc.want)
+				}
+				return
+			}
+			t.Fatal("no featureplug DaemonSet")
+		})
+	}
+}
+
+// normalizeInts makes every number of a decoded map an int64, whichever
+// decoder made it.
+func normalizeInts(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		switch x := v.(type) {
+		case map[string]any:
+			out[k] = normalizeInts(x)
+		case float64:
+			out[k] = int64(x)
+		case int:
+			out[k] = int64(x)
+		default:
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -11,11 +11,15 @@ import (
 )
 
 // draClusterRules are the ClusterRole rules the DRA option adds, after the
-// default ones: the node's ResourceSlice and the claims to prepare.
+// default ones: the node's ResourceSlice, the claims to prepare and their
+// status.devices.
 var draClusterRules = []map[string]any{
 	{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceslices"},
-		"verbs": []any{"get", "list", "watch", "create", "update", "delete"}},
+		"verbs": []any{"list", "watch", "create", "update", "delete"}},
 	{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaims"}, "verbs": []any{"get"}},
+	{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaims/status"}, "verbs": []any{"patch"}},
+	{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaims/driver"}, "resourceNames": []any{"gpu.featureplug.io"},
+		"verbs": []any{"associated-node:patch"}},
 }
 
 // TestDRAAddsItsRBAC: components/dra and the chart's dra.enabled add
