@@ -57,6 +57,21 @@ func (r *reader) pcieRoot(busID string) string {
 	return *attr.Value.StringValue
 }
 
+// sysfsPCIeRoot returns the PCIe root complex of the PCI device at
+// busID under the sysfs of the host whose root is root, as pcieRoot reads
+// it; "" when sysfs does not say.
+func sysfsPCIeRoot(root, busID string) string {
+	tree, ok := os.DirFS(filepath.Join(root, "sys")).(fs.ReadLinkFS)
+	if !ok {
+		return ""
+	}
+	attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID, deviceattribute.WithFS(tree))
+	if err != nil || attr.Value.StringValue == nil {
+		return ""
+	}
+	return *attr.Value.StringValue
+}
+
 // sysfsNUMANode reads the NUMA node of the PCI device at busID from
 // sysfs (bus/pci/devices/<busID>/numa_node), for drivers whose NVML does
 // not report it; NoNUMANode when sysfs does not say.

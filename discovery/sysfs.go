@@ -103,6 +103,7 @@ func readVFIOCandidate(root, addr string, iommufd bool, out *SysfsGPUs) (*VFIODe
 			d.NUMANode = n
 		}
 	}
+	d.PCIeRoot = sysfsPCIeRoot(root, addr)
 	group, err := readLinkBase(dev, "iommu_group")
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -98,16 +98,16 @@ func TestReadSysfs(t *testing.T) {
 		VFIO: []discovery.VFIODevice{{
 			PCIAddress: "0000:47:00.0", VendorID: "10de", DeviceID: "26b9", Class: "0302",
 			Product: "NVIDIA L40S", DeviceName: "AD102GL_L40S", Family: "ada-lovelace",
-			Driver: "vfio-pci", DriverOverride: "vfio-pci", IOMMUGroup: 34, NUMANode: 1, CDev: "vfio0",
+			Driver: "vfio-pci", DriverOverride: "vfio-pci", IOMMUGroup: 34, NUMANode: 1, CDev: "vfio0", PCIeRoot: "pci0000:00",
 			GroupMembers: []discovery.PCIFunction{{Address: "0000:47:00.1", VendorID: "10de", DeviceID: "22ba", Class: "0403", Driver: "snd_hda_intel"}},
 		}, {
 			PCIAddress: "0000:57:00.0", VendorID: "10de", DeviceID: "2330", Class: "0302",
 			Product: "NVIDIA H100 80GB HBM3", DeviceName: "GH100_H100_SXM5_80GB", Family: "hopper",
-			DriverOverride: "vfio-pci", IOMMUGroup: 35, NUMANode: discovery.NoNUMANode,
+			DriverOverride: "vfio-pci", IOMMUGroup: 35, NUMANode: discovery.NoNUMANode, PCIeRoot: "pci0000:00",
 		}, {
 			PCIAddress: "0009:01:00.0", VendorID: "10de", DeviceID: "2bb1", Class: "0300",
 			Product: "10de:2bb1", DeviceName: "2bb1", Family: discovery.Unknown,
-			Driver: "nvgrace_gpu_vfio_pci", IOMMUGroup: discovery.NoIOMMUGroup, NUMANode: 0,
+			Driver: "nvgrace_gpu_vfio_pci", IOMMUGroup: discovery.NoIOMMUGroup, NUMANode: 0, PCIeRoot: "pci0000:00",
 		}},
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -51,6 +51,10 @@ type VFIODevice struct {
 	GroupMembers []PCIFunction `json:"groupMembers,omitempty"`
 	// NUMANode is the device's NUMA node, or NoNUMANode.
 	NUMANode int `json:"numaNode"`
+	// PCIeRoot is the PCIe root complex the device hangs off ("pci0000:c0"),
+	// as Kubernetes' DRA helper reads it from sysfs; "" when sysfs does not
+	// say.
+	PCIeRoot string `json:"pcieRoot,omitempty"`
 	// CDev is the device's VFIO character device under /dev/vfio/devices
 	// ("vfio3") when the kernel offers the iommufd interface (/dev/iommu
 	// and the device's vfio-dev entry exist), "" otherwise.

@@ -160,8 +160,8 @@ func writeDecision(b *strings.Builder, p *plan.Plan, d plan.Decision, opts Expla
 		fmt.Fprintf(b, "  resource  %s\n  rule      %s\n  sharing   %s\n", d.Resource, d.Rule, sharing)
 		writeVFIODecision(b, p, &d) // vfio_explain.go
 		switch {
-		case opts.DRA != nil && d.Kind == plan.DeviceVFIO:
-			fmt.Fprintf(b, "  serve     %s, no DRA class (VFIO devices are served through device plugins only)\n", plan.ServeDevicePlugin)
+		case opts.DRA != nil && d.Kind == plan.DeviceVFIO && d.Serve != plan.ServeDRA:
+			fmt.Fprintf(b, "  serve     %s, no DRA class (a VFIO device is served through DRA only when its rule says serve: dra)\n", plan.ServeDevicePlugin)
 		case opts.DRA != nil:
 			class := "none"
 			if c := opts.DRA[d.Resource]; c.Name != "" {
@@ -219,7 +219,13 @@ func writeDecision(b *strings.Builder, p *plan.Plan, d plan.Decision, opts Expla
 func writeDRAView(w io.Writer, p *plan.Plan, classes map[string]DRAClass) error {
 	var b strings.Builder
 	b.WriteString("\nDRA (featureplug dra classes): a pod asking for a resource through DRA gets a device its class selects\n")
-	for _, r := range p.Resources {
+	resources := slices.Clip(p.Resources)
+	for _, r := range p.VFIO {
+		if r.Serve == plan.ServeDRA { // a VFIO rule that says serve: dra
+			resources = append(resources, r)
+		}
+	}
+	for _, r := range resources {
 		c := classes[r.Name]
 		fmt.Fprintf(&b, "%s\n", r.Name)
 		if c.Name == "" {

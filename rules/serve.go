@@ -33,11 +33,8 @@ func (c *checker) compileServe(r *rule, s plan.Serve) {
 		// Every sharing strategy is served through DRA: time-slicing and
 		// MPS as consumable capacity, the agent running MPS's control
 		// daemon and its device's CDI spec entry carrying the client
-		// settings. GPUs for VMs are not in ResourceSlices.
-		if r.devices == plan.DeviceVFIO {
-			c.ruleError(r, path{"serve"}, strconv.Quote(string(s)),
-				`GPUs bound to vfio-pci are served through device plugins only (KubeVirt's permittedHostDevices); remove serve or say "device-plugin"`)
-		}
+		// settings. GPUs for VMs are published with their PCI attributes
+		// and prepared as their VFIO device nodes.
 		return
 	default:
 		c.ruleError(r, path{"serve"}, strconv.Quote(string(s)),

@@ -150,17 +150,17 @@ func TestVFIOCannotBeShared(t *testing.T) {
 	}
 }
 
-// TestVFIOServedThroughDevicePlugins checks that serve: dra on a devices:
-// vfio rule is a load error naming the field, and serve: device-plugin is
-// taken.
-func TestVFIOServedThroughDevicePlugins(t *testing.T) {
-	_, err := Parse("r.yaml", []byte(header+"- name: vm\n  devices: vfio\n  resource: example.com/vm\n  serve: dra\n"))
-	want := `r.yaml:7: rules[0] "vm": serve: GPUs bound to vfio-pci are served through device plugins only (KubeVirt's permittedHostDevices); remove serve or say "device-plugin" (have "dra")`
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Errorf("serve: dra: %v, want %q", err, want)
-	}
-	if _, err := Parse("r.yaml", []byte(header+"- name: vm\n  devices: vfio\n  resource: example.com/vm\n  serve: device-plugin\n")); err != nil {
-		t.Errorf("serve: device-plugin: %v", err)
+// TestVFIOServe checks that a devices: vfio rule takes serve: dra and
+// serve: device-plugin, and that the rule's choice reaches the plan.
+func TestVFIOServe(t *testing.T) {
+	for _, serve := range []plan.Serve{plan.ServeDRA, plan.ServeDevicePlugin} {
+		rs, err := Parse("r.yaml", []byte(header+"- name: vm\n  devices: vfio\n  resource: example.com/vm\n  serve: "+string(serve)+"\n"))
+		if err != nil {
+			t.Fatalf("serve: %s: %v", serve, err)
+		}
+		if got := rs.Views()[0].Serve; got != serve {
+			t.Errorf("serve: %s: the rule serves %q", serve, got)
+		}
 	}
 }
 

@@ -165,7 +165,7 @@ func (s *Sink) removeStale() {
 	if s.cleaned {
 		return
 	}
-	removed, err := s.c.Writer.RemoveStale(s.c.Options.Kind)
+	removed, err := s.c.Writer.RemoveStale(s.c.Options.Kind, VFIOKind) // VFIOSink keeps its own
 	for _, f := range removed {
 		s.log.Info("stale CDI spec removed", "file", f)
 	}

@@ -34,6 +34,10 @@ type SinkConfig struct {
 	// sink names the spec's devices (BuildOptions).
 	CDIKind string
 	CDIName func(plan.Device) string
+	// VFIOCDIName is the CDI device ID of a VFIO device (BuildOptions);
+	// nil says there is no VFIO spec (no --cdi-spec-dir): a plan that
+	// serves a VFIO resource through DRA is refused.
+	VFIOCDIName func(plan.Device) string
 	// NoCDI, when set, says why the devices cannot be prepared as CDI
 	// devices (no --cdi-spec-dir, no spec generator): a plan that serves a
 	// resource through DRA is refused with it.
@@ -248,6 +252,9 @@ func (s *Sink) canServe(p *plan.Plan) error {
 		switch {
 		case s.pub == nil:
 			errs = append(errs, fmt.Errorf("resource %s (rule %s) is served through DRA, which needs an API server (in-cluster or --kubeconfig)", r.Name, rule))
+		case isVFIO(r) && s.c.VFIOCDIName == nil:
+			errs = append(errs, fmt.Errorf("resource %s (rule %s) is served through DRA, which prepares a VFIO device as a CDI device: no VFIO CDI spec (--cdi-spec-dir is empty)", r.Name, rule))
+		case isVFIO(r):
 		case s.c.NoCDI != nil:
 			errs = append(errs, fmt.Errorf("resource %s (rule %s) is served through DRA, which prepares devices as CDI devices: %w", r.Name, rule, s.c.NoCDI))
 		}
@@ -257,7 +264,7 @@ func (s *Sink) canServe(p *plan.Plan) error {
 
 // build makes the slice's devices and Table with the current health.
 func (s *Sink) build(inv *discovery.Inventory, p *plan.Plan) (Build, error) {
-	return BuildSlice(inv, p, BuildOptions{CDIKind: s.c.CDIKind, CDIName: s.c.CDIName, Unhealthy: s.unhealthy(), Created: s.created()})
+	return BuildSlice(inv, p, BuildOptions{CDIKind: s.c.CDIKind, CDIName: s.c.CDIName, VFIOCDIName: s.c.VFIOCDIName, Unhealthy: s.unhealthy(), Created: s.created()})
 }
 
 // created is what the Node created for claims, for the layout of the GPUs

@@ -101,6 +101,10 @@ type BuildOptions struct {
 	// not link NVIDIA's nvcdi, which plugin/cdi does.
 	CDIKind string
 	CDIName func(plan.Device) string
+	// VFIOCDIName is the fully qualified CDI device ID of a VFIO device
+	// (plugin/cdi's VFIOQualifiedName); nil leaves the Table's VFIO
+	// devices without one, for callers that read only the slice.
+	VFIOCDIName func(plan.Device) string
 	// Unhealthy are the devices held unhealthy; they carry TaintUnhealthy.
 	Unhealthy Unhealthy
 	// Created reports whether featureplug created the MIG device with
@@ -114,7 +118,8 @@ type BuildOptions struct {
 }
 
 // DRAResources returns the resources of p served through DRA, held back
-// or not, in plan order.
+// or not, in plan order, then its VFIO resources served through DRA
+// (vfio.go).
 func DRAResources(p *plan.Plan) []*plan.Resource {
 	if p == nil {
 		return nil
@@ -125,11 +130,12 @@ func DRAResources(p *plan.Plan) []*plan.Resource {
 			out = append(out, &p.Resources[i])
 		}
 	}
-	return out
+	return append(out, draVFIOResources(p)...)
 }
 
 // BuildSlice makes the devices of the node's ResourceSlice from the
-// resources of p that DRA serves: one device per plan device, named and
+// resources of p that DRA serves (and its VFIO resources that DRA
+// serves, as vfio.go says): one device per plan device, named and
 // given attributes and capacities by the draattr schema of the plan's
 // DRACompatibility (featureplug's own names, or NVIDIA's DRA driver's as
 // well), with the resource name as draattr.AttrResource. A
@@ -178,6 +184,15 @@ func BuildSlice(inv *discovery.Inventory, p *plan.Plan, o BuildOptions) (Build, 
 			continue
 		}
 		for _, d := range r.Devices {
+			if d.Kind == plan.DeviceVFIO {
+				dev, entry, err := vfioSliceDevice(inv, r, d, o) // vfio.go
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				devs, table = append(devs, dev), append(table, entry)
+				continue
+			}
 			gpu, mig, ok := findDevice(inv, d)
 			if !ok {
 				errs = append(errs, fmt.Errorf("resource %s (rule %s): device %s is not in the inventory", r.Name, d.Rule, d.ID))

@@ -92,6 +92,10 @@ type Class struct {
 	// resource name, or "" when it has none (NVIDIA's MIG class, or a
 	// rules class whose extended resource NVIDIA's GPU class serves).
 	ExtendedResourceName string
+	// VFIO is set for a class of GPUs passed through to virtual machines
+	// (vfio.go): it selects on type and resource, and has no extended
+	// resource.
+	VFIO bool
 	// NVIDIA is set for NVIDIA's DRA driver's classes, which NVIDIA
 	// compatibility adds (nvidia.go); Resource is then the extended
 	// resource it serves, if any.
@@ -162,6 +166,8 @@ type contribution struct {
 	rule     int
 	cel      node
 	fallback *rules.Error
+	// vfio marks a rule of GPUs passed through to VMs (vfio.go).
+	vfio bool
 }
 
 // Compile makes the classes of a rule set. The names templates give are
@@ -191,8 +197,8 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 		}
 	}
 	for i, v := range c.views {
-		if v.Devices == plan.DeviceVFIO || v.Dynamic {
-			continue // VFIO devices are served through device plugins only: no class; dynamic rules below
+		if v.Dynamic {
+			continue // dynamic rules below
 		}
 		if !v.Template {
 			note(v.Resource)
@@ -210,7 +216,7 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 			if m.Device != device {
 				device, claimed = m.Device, false
 			}
-			if claimed || m.Kind == plan.DeviceVFIO {
+			if claimed {
 				return
 			}
 			v := &c.views[m.Rule]
@@ -233,7 +239,11 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 	contribs := c.dynamicContributions(rs, nodes, note) // dynamic.go
 	for i := range c.views {
 		v := &c.views[i]
-		if v.Devices == plan.DeviceVFIO || v.Dynamic {
+		if v.Dynamic {
+			continue
+		}
+		if v.Devices == plan.DeviceVFIO {
+			c.addVFIOContributions(i, names[i], contribs) // vfio.go
 			continue
 		}
 		claims, why := c.claims(i)
@@ -268,7 +278,9 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 		slices.SortFunc(cs, func(a, b contribution) int { return cmp.Compare(a.rule, b.rule) })
 		cl, skip := c.class(name, cs)
 		if skip {
-			res.DevicePlugin = append(res.DevicePlugin, name)
+			if !cs[0].vfio { // VFIO goes to device plugins unless a rule says dra
+				res.DevicePlugin = append(res.DevicePlugin, name)
+			}
 			continue
 		}
 		className, err := ClassName(name)
@@ -285,7 +297,9 @@ func Compile(rs *rules.RuleSet, nodes []rules.CheckNode) (*Result, error) {
 		}
 		classNames[className] = name
 		cl.Name = className
-		cl.ExtendedResourceName = name
+		if !cl.VFIO {
+			cl.ExtendedResourceName = name
+		}
 		res.Classes = append(res.Classes, *cl)
 	}
 	if c.schema.Compatibility() == draattr.NVIDIA {
@@ -308,7 +322,7 @@ func (c *compiler) class(name string, cs []contribution) (cl *Class, skip bool) 
 	ruleSeen := map[int]bool{}
 	for _, ct := range cs {
 		v := &c.views[ct.rule]
-		if v.Serve != plan.ServeDevicePlugin {
+		if servedThroughDRA(v) { // vfio.go
 			skip = false
 		}
 		if cl.Serve == "" {
@@ -330,6 +344,10 @@ func (c *compiler) class(name string, cs []contribution) (cl *Class, skip bool) 
 	if skip {
 		return nil, true
 	}
+	if cs[0].vfio {
+		cl.VFIO, cl.Selector = true, vfioSelector(name) // vfio.go
+		return cl, false
+	}
 	driver := equal(driverRef{}, strLit(draattr.Domain))
 	cl.Selector = render(and(driver, or(conds...)))
 	if len(cl.Selector) > resourceapi.CELSelectorExpressionMaxLength {
@@ -349,6 +367,8 @@ func object(cl *Class) *resourceapi.DeviceClass {
 	switch {
 	case cl.NVIDIA:
 		note = nvidiaNote
+	case cl.VFIO:
+		note = vfioNote
 	case cl.Fallback != "":
 		note = "selects on the resource attribute: " + cl.Fallback
 	}

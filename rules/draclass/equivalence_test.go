@@ -117,11 +117,33 @@ func publish(t *testing.T, rs *rules.RuleSet, inv *discovery.Inventory, labels m
 		}
 		out = append(out, sliceDevice{id: id, resource: name, dev: dracel.Device{Driver: draattr.Domain, Attributes: attrs, Capacity: caps}})
 	}
+	byUUID := map[string]*discovery.GPU{}
 	for gi := range inv.GPUs {
 		g := &inv.GPUs[gi]
+		byUUID[g.UUID] = g
 		add(g.UUID, g, nil)
 		for mi := range g.MIGDevices {
 			add(g.MIGDevices[mi].UUID, g, &g.MIGDevices[mi])
+		}
+	}
+	// A GPU partitioned on demand is published as placement devices, each
+	// carrying the resource its profile (or the whole GPU) is offered as,
+	// beside its parent's attributes.
+	for _, dg := range p.DynamicMIG {
+		g := byUUID[dg.UUID]
+		if g == nil {
+			t.Fatalf("%s: dynamic GPU %s not in the inventory", rs.Source(), dg.UUID)
+		}
+		names := []string{dg.WholeGPU}
+		for _, prof := range dg.Profiles {
+			names = append(names, prof.Resource)
+		}
+		for _, name := range names {
+			if name == "" {
+				continue
+			}
+			resourceOf[g.UUID+"/"+name] = name
+			add(g.UUID+"/"+name, g, nil)
 		}
 	}
 	return out

@@ -18,8 +18,9 @@ const (
 // WithServeDefault returns p with the API of every resource whose rules
 // did not choose one set to def: the one place the agent's default
 // (--serve) is applied, so that every sink reads Resource.Serve. The VFIO
-// resources, served through device plugins only, get ServeDevicePlugin
-// whatever def is. It returns p itself when every resource has its API
+// resources, served through device plugins unless their rule says dra
+// (KubeVirt's permittedHostDevices consumes them so), get
+// ServeDevicePlugin whatever def is. It returns p itself when every resource has its API
 // already (nil for nil).
 func (p *Plan) WithServeDefault(def Serve) *Plan {
 	if p == nil {

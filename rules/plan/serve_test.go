@@ -2,7 +2,6 @@ package plan
 
 import (
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -133,8 +132,11 @@ func TestServedThroughVFIO(t *testing.T) {
 			t.Errorf("DRA part: resources %v, VFIO %v", names(part), got)
 		}
 	}
-	bad := &Plan{VFIO: []Resource{{Name: "nvidia.com/AD102GL_L40S", Serve: ServeDRA}}}
-	if err := ValidatePlan(bad); err == nil || !strings.Contains(err.Error(), "vfio resource nvidia.com/AD102GL_L40S: serve dra: GPUs passed through to VMs are served through device plugins only") {
+	dra := &Plan{VFIO: []Resource{{Name: "nvidia.com/AD102GL_L40S", Serve: ServeDRA}}}
+	if err := ValidatePlan(dra); err != nil {
 		t.Errorf("ValidatePlan of a VFIO resource served through DRA: %v", err)
+	}
+	if got := vfioNames(dra.Serving(ServeDRA)); !slices.Equal(got, []string{"nvidia.com/AD102GL_L40S"}) {
+		t.Errorf("DRA part of a VFIO resource whose rule says serve: dra: VFIO %v", got)
 	}
 }

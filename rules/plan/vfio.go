@@ -58,8 +58,8 @@ func (p *Plan) VFIOResource(name string) (*Resource, bool) {
 }
 
 // validateVFIO checks what ValidatePlan checks of the VFIO resources, and
-// that they hold VFIO devices only, unshared, served through device
-// plugins, under names Resources does not use.
+// that they hold VFIO devices only, unshared, under names Resources does
+// not use.
 func validateVFIO(p *Plan) []error {
 	var errs []error
 	names := make(map[string]bool, len(p.Resources))
@@ -76,9 +76,6 @@ func validateVFIO(p *Plan) []error {
 		}
 		if r.Sharing.DeviceReplicas() > 1 {
 			errs = append(errs, fmt.Errorf("vfio resource %s: sharing %s: a GPU passed through to a VM cannot be shared", r.Name, r.Sharing.String()))
-		}
-		if r.Serve == ServeDRA {
-			errs = append(errs, fmt.Errorf("vfio resource %s: serve %s: GPUs passed through to VMs are served through device plugins only", r.Name, r.Serve))
 		}
 		for _, d := range r.Devices {
 			if d.Kind != DeviceVFIO || d.VFIO == nil {

@@ -287,12 +287,15 @@ type builder struct {
 	claimSpecs cdi.ClaimSpecs
 	// noCDI says why DRA devices have no CDI spec (nil: they have one).
 	noCDI error
+	// vfioCDIName names the CDI devices of the VFIO spec (nil: no spec).
+	vfioCDIName func(plan.Device) string
 }
 
 // buildSinks makes the agent's sinks in the order every plan is applied,
 // declared here once: the MPS daemons first (the gate that holds an MPS
 // resource back until its daemon is up), the CDI spec (a device is
-// advertised only once its CDI name resolves), the VFIO health probe (the
+// advertised only once its CDI name resolves; the VFIO spec of VMs'
+// GPUs served through DRA), the VFIO health probe (the
 // first device list of a GPU passed through to VMs has its health), the
 // device plugins, DRA and
 // its kubelet-facing half, and publishing last (what is published is what
@@ -309,7 +312,7 @@ func (a *Agent) buildSinks() error {
 	}
 	a.health = b.tracker
 	a.runners = append(a.runners, namedRunner{"file watcher", a.watcher.Run}, namedRunner{"health tracker", closeOnDone(b.tracker.Close)})
-	steps := []func() (Sink, error){b.mpsSink, b.cdiSink, b.vfioProbeSink, b.pluginSink, b.draSink, b.draNodeSink, b.publishSink}
+	steps := []func() (Sink, error){b.mpsSink, b.cdiSink, b.vfioCDISink, b.vfioProbeSink, b.pluginSink, b.draSink, b.draNodeSink, b.publishSink}
 	if a.cfg.NoDevicePlugins {
 		steps = steps[len(steps)-1:]
 	}
@@ -465,13 +468,25 @@ func (b *builder) newCDISink(draOnly bool) (*cdi.Sink, error) {
 	return cdi.NewSink(c)
 }
 
+// vfioCDISink makes the spec of the GPUs passed through to VMs and served
+// through DRA, whenever there is a CDI spec directory: it needs no
+// generator (its devices' edits are their VFIO device nodes).
+func (b *builder) vfioCDISink() (Sink, error) {
+	a := b.a
+	if a.cfg.CDI.SpecDir == "" {
+		return nil, nil
+	}
+	b.vfioCDIName = cdi.VFIOQualifiedName
+	return cdi.NewVFIOSink(cdi.Writer{Dir: a.cfg.CDI.SpecDir}, a.log.With("component", "cdi-vfio")), nil
+}
+
 // draSink makes the DRA sink: always (a rules reload may move a resource
 // to DRA), talking to the API server only once DRA is in use.
 func (b *builder) draSink() (Sink, error) {
 	a := b.a
 	o := b.cdiOptions()
 	c := dra.SinkConfig{
-		NodeName: a.cfg.NodeName, CDIKind: o.Kind, CDIName: o.DeviceName, NoCDI: b.noCDI, Health: b.tracker,
+		NodeName: a.cfg.NodeName, CDIKind: o.Kind, CDIName: o.DeviceName, VFIOCDIName: b.vfioCDIName, NoCDI: b.noCDI, Health: b.tracker,
 		StateDir: statedir.Dir(a.cfg.StateDir), Active: a.cfg.DefaultServe == plan.ServeDRA,
 		Backoff: retryBackoff(dra.DefaultPublishBackoff.Duration), Logger: a.log.With("component", "dra"), Registerer: a.registry,
 	}
