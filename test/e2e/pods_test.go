@@ -92,6 +92,11 @@ type podsRun struct {
 //   - DRA: a pod with a ResourceClaim and one asking for an extended
 //     resource of a DeviceClass's extendedResourceName run through the
 //     kubelet's DRA manager with the claim's CDI devices;
+//   - dynamic MIG (a fake H100 partitioned on demand): a pod asking for
+//     nvidia.com/mig-1g.10gb gets the MIG device created for it at the
+//     placement the scheduler chose (its GPU's node and exactly that
+//     device's capability nodes, its CDI spec), the fake NVML holds exactly
+//     that device while the pod runs, and none once the pod is deleted;
 //   - health: XID 79 on a running pod's GPU takes it out of the kubelet's
 //     allocatable, leaves the running container alone, and the next pod
 //     gets healthy GPUs;
@@ -136,6 +141,7 @@ func TestPodsRun(t *testing.T) {
 	t.Run("DevicePluginEnvvar", p.testEnvvar)
 	t.Run("MPS", p.testMPS)
 	t.Run("DRA", p.testDRA)
+	t.Run("DynamicMIG", p.testDynamicMIG)
 	t.Run("Health", p.testHealth)
 	// Last: it restarts the kubelet.
 	t.Run("Restart", p.testRestart)
@@ -310,11 +316,11 @@ func (p *podsRun) logFigures(t *testing.T) {
 	defer p.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "pod bound -> container running with its devices (%d pod(s) per path):\n", p.rounds)
-	fmt.Fprintf(&b, "  %-34s %5s %9s %9s %9s\n", "PATH", "PODS", "MEDIAN", "MIN", "MAX")
+	fmt.Fprintf(&b, "  %-40s %5s %9s %9s %9s\n", "PATH", "PODS", "MEDIAN", "MIN", "MAX")
 	for _, path := range p.paths {
 		ds := slices.Clone(p.figures[path])
 		slices.Sort(ds)
-		fmt.Fprintf(&b, "  %-34s %5d %9s %9s %9s\n", path, len(ds),
+		fmt.Fprintf(&b, "  %-40s %5d %9s %9s %9s\n", path, len(ds),
 			ds[len(ds)/2].Round(time.Millisecond), ds[0].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 	}
 	t.Log(b.String())
@@ -621,6 +627,137 @@ func (p *podsRun) testDRA(t *testing.T) {
 		}
 		p.checkCDI(t, name, r, p.draDevices(t, got.Status.ExtendedResourceClaimStatus.ResourceClaimName, a100), devs)
 		p.delete(t, name)
+	}
+}
+
+// podsDynMIGRules partition every H100 on demand into 1g.10gb devices
+// only (no whole GPU: the DRA path's classes stay the only others).
+const podsDynMIGRules = `apiVersion: featureplug.io/v1alpha1
+kind: ResourceRules
+rules:
+- name: h100-dynamic
+  devices: gpu
+  matchFeatures:
+  - feature: nvidia.gpu
+    matchExpressions:
+      product: {op: InRegexp, value: ["H100"]}
+  resource: 'nvidia.com/mig-{{ .profile }}'
+  mig:
+    partition: dynamic
+    profiles: [1g.10gb]
+`
+
+// testDynamicMIG: a MIG device created at Prepare for a pod asking for
+// the extended resource of a profile's DeviceClass, destroyed when the pod
+// is deleted.
+func (p *podsRun) testDynamicMIG(t *testing.T) {
+	dir := shortTempDir(t)
+	rules := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, []byte(podsDynMIGRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fakeNode := filepath.Join(build.root, "test", "e2e", dynE2EFakeNode)
+	a := p.startAgent(t, fakeNode, rules, "cdi-cri",
+		"--serve", "dra",
+		"--kubelet-registry-dir", p.node.PluginRegistryDir,
+		"--dra-plugin-dir", filepath.Join(p.node.PluginsDir, draE2EDriver))
+	a.waitMetric(t, "featureplug_dra_registered", func(v float64) bool { return v == 1 })
+	classes := draE2ECreateClasses(t, p.api, rules)
+	harness.StartScheduler(t, p.api)
+	harness.StartControllerManager(t, p.api, harness.ResourceClaimController)
+
+	class := ""
+	for _, c := range classes {
+		if c.Spec.ExtendedResourceName != nil && *c.Spec.ExtendedResourceName == dynE2E1g {
+			class = c.Name
+		}
+	}
+	if class == "" {
+		t.Fatalf("featureplug dra classes made no DeviceClass for %s of %s", dynE2E1g, rules)
+	}
+	m := podsDynMIG{driverRoot: filepath.Join(p.driverRoots, filepath.Base(fakeNode))}
+	m.gpu = discover(t, fakeNode).GPUs[0].UUID
+	m.minor = cdiDiscover(t, fakeNode)[m.gpu].gpuMinor
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	claims := p.api.Client.ResourceV1().ResourceClaims(draE2ENamespace)
+	for i := range p.rounds {
+		// -wait keeps the containers running: their claims stay prepared.
+		name := fmt.Sprintf("dynmig-ext-%d", i)
+		pod := podsLimits(p.node.ProbePod(name, "-wait"), dynE2E1g, 1)
+		pod.Spec.NodeName = ""
+		p.runDynMIG(t, m, "DRA dynamic MIG, extendedResourceName", pod, "")
+
+		claim := draE2EClaim(fmt.Sprintf("dynmig-%d", i), "")
+		claim.Spec.Devices.Requests[0].Exactly.DeviceClassName = class
+		claim.Spec.Devices.Requests[0].Exactly.Selectors = nil
+		if _, err := claims.Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		name = fmt.Sprintf("dynmig-claim-%d", i)
+		pod = p.node.ProbePod(name, "-wait")
+		pod.Spec.NodeName = ""
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim.Name}}
+		pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+		p.runDynMIG(t, m, "DRA dynamic MIG, ResourceClaim", pod, claim.Name)
+		if err := claims.Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// podsDynMIG is the fake H100 of the dynamic MIG path.
+type podsDynMIG struct {
+	driverRoot string // its fake driver root, which holds its NVML's MIG state
+	gpu        string // its UUID
+	minor      int    // its device node's minor
+}
+
+// runDynMIG runs pod, whose claim (the one the scheduler makes for its
+// extended resource when claim is "") asks for one dynamic MIG device, and
+// checks that the fake NVML holds exactly one MIG device, at the
+// placement allocated, that the container sees exactly it through its CDI
+// spec, and that deleting the pod destroys it and its CDI spec.
+func (p *podsRun) runDynMIG(t *testing.T, m podsDynMIG, path string, pod *corev1.Pod, claim string) {
+	t.Helper()
+	r, got := p.run(t, path, pod)
+	if claim == "" {
+		if got.Status.ExtendedResourceClaimStatus == nil {
+			t.Fatalf("pod %s asking for %s runs without the claim the scheduler makes", pod.Name, dynE2E1g)
+		}
+		claim = got.Status.ExtendedResourceClaimStatus.ResourceClaimName
+	}
+	devs := draE2EAllocated(t, p.api, podsNode, claim)
+	if len(devs) != 1 {
+		t.Fatalf("pod %s: claim %s allocated %v, want one device", pod.Name, claim, devs)
+	}
+	profile, start, ok := dynE2EPlacement(devs[0])
+	if !ok {
+		t.Fatalf("pod %s: claim %s was allocated %s, which is no placement device", pod.Name, claim, devs[0])
+	}
+	migs := dynE2EReadMIG(t, m.driverRoot)
+	if len(migs) != 1 || migs[0].ProfileID != profile || migs[0].Start != start || migs[0].UUID == "" {
+		t.Fatalf("pod %s runs with placement %s: the fake NVML holds MIG devices %+v, want exactly one of profile %d at memory slice %d", pod.Name, devs[0], migs, profile, start)
+	}
+	mig := migs[0]
+	p.checkCDI(t, pod.Name, r, []string{mig.UUID}, map[string]cdiDevice{mig.UUID: {
+		uuid: mig.UUID, gpuMinor: m.minor, mig: true, gi: int(mig.GPUInstanceID), ci: int(mig.ComputeInstanceID),
+	}})
+	t.Logf("pod %s: claim %s allocated %s, MIG device %s (GPU instance %d, compute instance %d) created for it", pod.Name, claim, devs[0], mig.UUID, mig.GPUInstanceID, mig.ComputeInstanceID)
+
+	p.delete(t, pod.Name)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	// The kubelet unprepares the claim once the pod's containers are gone,
+	// on its own schedule.
+	if err := waitFor(ctx, func() (bool, string) {
+		left := dynE2EReadMIG(t, m.driverRoot)
+		return len(left) == 0, fmt.Sprintf("MIG devices %+v", left)
+	}); err != nil {
+		t.Fatalf("pod %s deleted: its MIG device %s is not destroyed: %v", pod.Name, mig.UUID, err)
+	}
+	if d := cdiLoad(t, p.node.CDISpecDir).GetDevice(cdiKind + "=" + mig.UUID); d != nil {
+		t.Errorf("pod %s deleted and its MIG device %s destroyed: the device is still in CDI spec %s", pod.Name, mig.UUID, d.GetSpec().GetPath())
 	}
 }
 
