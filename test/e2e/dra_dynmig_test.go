@@ -40,7 +40,16 @@ const (
 
 // dynE2ERules partitions every H100 on demand into 1g.10gb, 2g.20gb and
 // 3g.40gb devices, and offers the whole GPU too.
-const dynE2ERules = `apiVersion: featureplug.io/v1alpha1
+var dynE2ERules = dynE2ERulesFor("[1g.10gb, 2g.20gb, 3g.40gb]", dynE2EWhole)
+
+// dynE2ERulesFor partitions every H100 on demand into profiles (a YAML
+// list) and offers the whole GPU as wholeGPU, unless that is "".
+func dynE2ERulesFor(profiles, wholeGPU string) string {
+	whole := ""
+	if wholeGPU != "" {
+		whole = "    wholeGPU: " + wholeGPU + "\n"
+	}
+	return `apiVersion: featureplug.io/v1alpha1
 kind: ResourceRules
 rules:
 - name: h100-dynamic
@@ -52,9 +61,9 @@ rules:
   resource: 'nvidia.com/mig-{{ .profile }}'
   mig:
     partition: dynamic
-    profiles: [1g.10gb, 2g.20gb, 3g.40gb]
-    wholeGPU: ` + dynE2EWhole + `
-`
+    profiles: ` + profiles + `
+` + whole
+}
 
 // dynE2EMIGStateFile is where the fake node keeps its MIG state under its
 // driver root (fakenode.MIGStateFile).

@@ -634,20 +634,7 @@ func (p *podsRun) testDRA(t *testing.T) {
 
 // podsDynMIGRules partition every H100 on demand into 1g.10gb devices
 // only (no whole GPU: the DRA path's classes stay the only others).
-const podsDynMIGRules = `apiVersion: featureplug.io/v1alpha1
-kind: ResourceRules
-rules:
-- name: h100-dynamic
-  devices: gpu
-  matchFeatures:
-  - feature: nvidia.gpu
-    matchExpressions:
-      product: {op: InRegexp, value: ["H100"]}
-  resource: 'nvidia.com/mig-{{ .profile }}'
-  mig:
-    partition: dynamic
-    profiles: [1g.10gb]
-`
+var podsDynMIGRules = dynE2ERulesFor("[1g.10gb]", "")
 
 // testDynamicMIG: a MIG device created at Prepare for a pod asking for
 // the extended resource of a profile's DeviceClass, destroyed when the pod
