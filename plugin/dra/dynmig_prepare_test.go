@@ -15,6 +15,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
@@ -175,6 +176,31 @@ func TestDynamicPreparePlacementTaken(t *testing.T) {
 	}
 	if n := len(d.list(t)); n != 1 {
 		t.Errorf("%d MIG devices after the refused prepare, want the one there before", n)
+	}
+}
+
+// An admin-access claim allocated a placement is refused, naming why, and
+// creates no MIG device.
+func TestDynamicPrepareAdminAccessRefused(t *testing.T) {
+	d := newDynNode(t, nil)
+	if err := migctl.SetMode(d.lib, d.gpu, true); err != nil {
+		t.Fatal(err)
+	}
+	name := migpartition.PlacementDeviceName(d.gpu, "3g.40gb", 9, 4)
+	admin := nodeClaim("ns", "c-admin", "admin", nodeOurs("gpu", name))
+	for i := range admin.Status.Allocation.Devices.Results {
+		admin.Status.Allocation.Devices.Results[i].AdminAccess = ptr.To(true)
+	}
+	d.claims.add(admin)
+	r := d.prepare(t, &drapbv1.Claim{Uid: "admin", Namespace: "ns", Name: "c-admin"})
+	if r.Error == "" || !strings.Contains(r.Error, "admin access to a GPU partitioned on demand") {
+		t.Errorf("prepare of an admin-access claim of a placement: %+v", r)
+	}
+	if devs := d.list(t); len(devs) != 0 {
+		t.Errorf("MIG devices after the refused prepare: %+v, want none", devs)
+	}
+	if d.node.PreparedClaims() != 0 {
+		t.Errorf("%d claims prepared, want 0", d.node.PreparedClaims())
 	}
 }
 
