@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/labeler"
@@ -80,7 +81,7 @@ func startAgentOnce(b *testing.B, node, rulesName string, want int) {
 	}
 	opts := deviceplugin.DefaultOptions()
 	opts.KubeletDir = dir
-	a, err := agent.New(agent.Config{
+	a, err := agent.New(agentconfig.Config{
 		NodeName:    node,
 		Source:      src,
 		Rules:       rulesName,

@@ -41,6 +41,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/cmd/internal/kube"
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery"
@@ -77,9 +78,9 @@ func main() {
 	flag.StringVar(&o.namespace, "namespace", "featureplug", "namespace of the NodeFeature objects")
 	flag.StringVar(&o.fakeNodes, "fake-nodes", strings.Join(fakenode.BundledNames(), ","), "fake nodes given to the agents in turn (bundled names or files)")
 	flag.StringVar(&o.rules, "rules", "", "rules file (or builtin) every agent uses")
-	flag.DurationVar(&o.rediscoverInterval, "rediscover-interval", agent.DefaultRediscoverInterval, "each agent's re-discovery period")
-	flag.DurationVar(&o.resyncInterval, "resync-interval", agent.DefaultResyncInterval, "each agent's NodeFeature resync period")
-	flag.DurationVar(&o.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the rules file check of the agents without inotify")
+	flag.DurationVar(&o.rediscoverInterval, "rediscover-interval", agentconfig.DefaultRediscoverInterval, "each agent's re-discovery period")
+	flag.DurationVar(&o.resyncInterval, "resync-interval", agentconfig.DefaultResyncInterval, "each agent's NodeFeature resync period")
+	flag.DurationVar(&o.fileCheckInterval, "file-check-interval", agentconfig.DefaultFileCheckInterval, "period of the rules file check of the agents without inotify")
 	flag.DurationVar(&o.healthWait, "health-wait", 0, "bound of one NVML event wait of the health watchers (0: the agent's default)")
 	flag.IntVar(&o.inotify, "inotify", 0, "number of agents that watch the rules file with inotify")
 	flag.IntVar(&o.serve, "serve", 0, "number of agents that serve device plugins")
@@ -214,7 +215,7 @@ func newAgent(o options, base *rest.Config, i int, as *agentStatus, log *slog.Lo
 	if serve {
 		popts.KubeletDir = o.kubeletRoot + "/" + as.Node
 	}
-	return agent.New(agent.Config{
+	return agent.New(agentconfig.Config{
 		NodeName:    as.Node,
 		Namespace:   o.namespace,
 		Source:      src,

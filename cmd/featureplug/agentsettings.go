@@ -9,13 +9,13 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/rules"
 )
 
 // settingsOf returns the agent flags a rule set sets (an NVIDIA config's
 // flags.plugin.deviceListStrategy, ...), or none.
-func settingsOf(rs agent.RuleSet) []rules.AgentSetting {
+func settingsOf(rs agentconfig.RuleSet) []rules.AgentSetting {
 	if s, ok := rs.(interface{ AgentSettings() []rules.AgentSetting }); ok {
 		return s.AgentSettings()
 	}
@@ -67,8 +67,8 @@ func applyAgentSettings(fs *pflag.FlagSet, rulesName string, log *slog.Logger) e
 // file whose agent settings differ from the flags the agent started with
 // is refused (the last good rules keep serving): those flags are read
 // once, at start, and the error says to restart the agent.
-func refuseSettingChanges(e agent.RulesEngine, fs *pflag.FlagSet) agent.RulesEngine {
-	check := func(rs agent.RuleSet, err error) (agent.RuleSet, error) {
+func refuseSettingChanges(e agentconfig.RulesEngine, fs *pflag.FlagSet) agentconfig.RulesEngine {
+	check := func(rs agentconfig.RuleSet, err error) (agentconfig.RuleSet, error) {
 		if err != nil {
 			return rs, err
 		}
@@ -86,8 +86,8 @@ func refuseSettingChanges(e agent.RulesEngine, fs *pflag.FlagSet) agent.RulesEng
 		return rs, nil
 	}
 	load, parse := e.Load, e.Parse
-	e.Load = func(name string) (agent.RuleSet, error) { return check(load(name)) }
-	e.Parse = func(source string, data []byte) (agent.RuleSet, error) { return check(parse(source, data)) }
+	e.Load = func(name string) (agentconfig.RuleSet, error) { return check(load(name)) }
+	e.Parse = func(source string, data []byte) (agentconfig.RuleSet, error) { return check(parse(source, data)) }
 	return e
 }
 

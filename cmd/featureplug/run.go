@@ -20,6 +20,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
+	"github.com/featureplug/featureplug/cmd/internal/gctune"
 	"github.com/featureplug/featureplug/cmd/internal/kube"
 	"github.com/featureplug/featureplug/cmd/internal/rulesengine"
 	"github.com/featureplug/featureplug/discovery"
@@ -147,8 +149,8 @@ the command line wins.`,
 	fs.StringToStringVar(&f.nodeLabels, "node-labels", nil, "extra node labels (k=v,...) the rules' node selectors see")
 	fs.StringVar(&f.publish, "publish", string(labeler.PublishNodeFeature), "where features and labels go: nodefeature, file, stdout or none")
 	fs.StringVar(&f.featuresFile, "features-file", labeler.DefaultFeatureFile, "nfd-worker feature file for --publish file")
-	fs.DurationVar(&f.resyncInterval, "resync-interval", agent.DefaultResyncInterval, "republish period (writes happen only on change)")
-	fs.DurationVar(&f.rediscoverInterval, "rediscover-interval", agent.DefaultRediscoverInterval, "GPU re-discovery period (SIGHUP re-discovers at once)")
+	fs.DurationVar(&f.resyncInterval, "resync-interval", agentconfig.DefaultResyncInterval, "republish period (writes happen only on change)")
+	fs.DurationVar(&f.rediscoverInterval, "rediscover-interval", agentconfig.DefaultRediscoverInterval, "GPU re-discovery period (SIGHUP re-discovers at once)")
 	fs.StringVar(&f.kubeletDir, "kubelet-dir", deviceplugin.DefaultKubeletDir, "kubelet device-plugin directory")
 	fs.StringSliceVar(&f.deviceList, "device-list-strategy", []string{string(deviceplugin.DeviceListEnvVar)},
 		"how Allocate passes devices: envvar, volume-mounts, cdi-annotations, cdi-cri (comma list)")
@@ -171,8 +173,8 @@ the command line wins.`,
 	fs.StringVar(&f.draPluginDir, "dra-plugin-dir", dra.DefaultPluginDir, "directory of the DRA driver's socket (dra-$"+podUIDEnv+".sock, or "+dra.PluginSocketName+" without --dra-rolling-update), which the kubelet calls to prepare claims")
 	fs.BoolVar(&f.draRollingUpdate, "dra-rolling-update", true, "with $"+podUIDEnv+" set, name the DRA sockets after it, so that the agent of a DaemonSet update registers beside the old one and takes over its prepared claims without a gap (kubelet 1.33 or later; false keeps the fixed names)")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir, "host directory for state that must survive a restart (unhealthy devices); created 0700 at start; empty disables persistence")
-	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agent.DefaultFileCheckInterval, "period of the file watcher's check (stat, and a content hash for files) of every watched file and directory (rules file, feature file, CDI spec, kubelet directories), which catches what inotify misses")
-	fs.DurationVar(&f.fileSettle, "file-settle", agent.DefaultFileSettle, "how long a changed rules file must stay unchanged before it is applied")
+	fs.DurationVar(&f.fileCheckInterval, "file-check-interval", agentconfig.DefaultFileCheckInterval, "period of the file watcher's check (stat, and a content hash for files) of every watched file and directory (rules file, feature file, CDI spec, kubelet directories), which catches what inotify misses")
+	fs.DurationVar(&f.fileSettle, "file-settle", agentconfig.DefaultFileSettle, "how long a changed rules file must stay unchanged before it is applied")
 	fs.DurationVar(&f.livenessTimeout, "liveness-timeout", agent.DefaultLivenessTimeout, "/healthz fails when the agent loop has made no progress for this long")
 	fs.StringVar(&f.owner, "owner", string(kube.OwnerDaemonSet), "what owns the NodeFeature, whose deletion removes it and its labels: daemonset (the agent's Pod and DaemonSet, from $POD_NAME: uninstalling removes it), pod, or node (it outlives featureplug)")
 	fs.BoolVar(&f.timestampLabel, "timestamp-label", false, "publish nvidia.com/gfd.timestamp as gpu-feature-discovery does; it changes at every resync, so every resync writes the NodeFeature")
@@ -283,7 +285,7 @@ func (f *runFlags) kubeClients() (kube.Interface, error) {
 }
 
 func (f *runFlags) run(cmd *cobra.Command) error {
-	afterStartup := agent.TuneGC() // no collection until registered: AfterStartup below
+	afterStartup := gctune.Tune() // no collection until registered: AfterStartup below
 	log, err := newLogger(f.logFormat, f.logLevel)
 	if err != nil {
 		return err
@@ -391,7 +393,7 @@ func fileKind(m os.FileMode) string {
 
 // agentConfig is the agent's configuration from the flags, for the GPU
 // source src and the API client kubeClient (nil without one).
-func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, machine string, log *slog.Logger) agent.Config {
+func (f *runFlags) agentConfig(src agentconfig.GPUSource, kubeClient kube.Interface, machine string, log *slog.Logger) agentconfig.Config {
 	strategies := make([]deviceplugin.DeviceListStrategy, 0, len(f.deviceList))
 	for _, s := range f.deviceList {
 		strategies = append(strategies, deviceplugin.DeviceListStrategy(s))
@@ -400,7 +402,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 	for i, x := range f.ignoredXIDs {
 		ignored[i] = uint64(x)
 	}
-	return agent.Config{
+	return agentconfig.Config{
 		NodeName:           f.nodeName,
 		Namespace:          f.namespace,
 		Source:             src,
@@ -441,7 +443,7 @@ func (f *runFlags) agentConfig(src agent.GPUSource, kubeClient kube.Interface, m
 		LivenessTimeout:   f.livenessTimeout,
 		MetricsAddr:       f.metricsAddr,
 		Logger:            log,
-		PublishHold:       agent.DefaultPublishHold,
+		PublishHold:       agentconfig.DefaultPublishHold,
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
 	"github.com/featureplug/featureplug/discovery/gpusource"
@@ -46,7 +46,7 @@ func bundledNodeList() string {
 
 // open opens the GPU source the flags select: a fake node or the real
 // NVML library. The caller must Close it.
-func (s sourceFlags) open() (agent.GPUSource, error) {
+func (s sourceFlags) open() (agentconfig.GPUSource, error) {
 	if s.fakeNode != "" {
 		var opts []gpusource.FakeOption
 		if s.sysfsRoot != "" && s.sysfsRoot != "/" {

@@ -107,6 +107,17 @@ func (s *createdSet) remove(uuid string) {
 	delete(s.uuid, uuid)
 }
 
+// addClaims adds the MIG devices created for the given prepared claims.
+func (s *createdSet) addClaims(claims map[string]PreparedClaim) {
+	for _, c := range claims {
+		for _, d := range c.Devices {
+			if d.MIG != nil && d.MIG.UUID != "" {
+				s.add(d.MIG.UUID)
+			}
+		}
+	}
+}
+
 func (s *createdSet) has(uuid string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

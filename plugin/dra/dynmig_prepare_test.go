@@ -15,6 +15,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/fakenode"
@@ -35,6 +36,8 @@ type dynNode struct {
 	claims *nodeClaims
 	cdiDir string
 	table  *Table
+	// opts made node, for more Nodes over the same GPU.
+	opts NodeOptions
 }
 
 func newDynNode(tb testing.TB, lib nvml.Interface) *dynNode {
@@ -71,8 +74,9 @@ func newDynNode(tb testing.TB, lib nvml.Interface) *dynNode {
 			inv, err := discovery.Discover(lib)
 			return inv, lib, err
 		}}
-	d.node, err = NewNode(NodeOptions{NodeName: nodeTestNode, StateDir: tb.TempDir(), Claims: d.claims.in, Table: func() *Table { return d.table },
-		Partition: Partitioner{NVML: func() nvml.Interface { return lib }, WriteCDI: specs.Write, RemoveCDI: specs.Remove}})
+	d.opts = NodeOptions{NodeName: nodeTestNode, StateDir: tb.TempDir(), Claims: d.claims.in, Table: func() *Table { return d.table },
+		Partition: Partitioner{NVML: func() nvml.Interface { return lib }, WriteCDI: specs.Write, RemoveCDI: specs.Remove}}
+	d.node, err = NewNode(d.opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -175,6 +179,73 @@ func TestDynamicPreparePlacementTaken(t *testing.T) {
 	}
 	if n := len(d.list(t)); n != 1 {
 		t.Errorf("%d MIG devices after the refused prepare, want the one there before", n)
+	}
+}
+
+// An admin-access claim allocated a placement is refused, naming why, and
+// creates no MIG device.
+func TestDynamicPrepareAdminAccessRefused(t *testing.T) {
+	d := newDynNode(t, nil)
+	if err := migctl.SetMode(d.lib, d.gpu, true); err != nil {
+		t.Fatal(err)
+	}
+	name := migpartition.PlacementDeviceName(d.gpu, "3g.40gb", 9, 4)
+	admin := nodeClaim("ns", "c-admin", "admin", nodeOurs("gpu", name))
+	for i := range admin.Status.Allocation.Devices.Results {
+		admin.Status.Allocation.Devices.Results[i].AdminAccess = ptr.To(true)
+	}
+	d.claims.add(admin)
+	r := d.prepare(t, &drapbv1.Claim{Uid: "admin", Namespace: "ns", Name: "c-admin"})
+	if r.Error == "" || !strings.Contains(r.Error, "admin access to a GPU partitioned on demand") {
+		t.Errorf("prepare of an admin-access claim of a placement: %+v", r)
+	}
+	if devs := d.list(t); len(devs) != 0 {
+		t.Errorf("MIG devices after the refused prepare: %+v, want none", devs)
+	}
+	if d.node.PreparedClaims() != 0 {
+		t.Errorf("%d claims prepared, want 0", d.node.PreparedClaims())
+	}
+}
+
+// The two agents of a rolling update share the checkpoint: a MIG device
+// one created for a claim counts as a claim's device for the other too
+// once it reads the checkpoint again, not as one someone else made.
+func TestDynamicCreatedSharedInRollingUpdate(t *testing.T) {
+	d := newDynNode(t, nil)
+	state := t.TempDir()
+	agents := map[string]*Node{}
+	for _, pod := range []string{"pod-old", "pod-new"} {
+		o := d.opts
+		o.StateDir, o.Instance = state, pod
+		n, err := NewNode(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[pod] = n
+	}
+	c := d.claim("u1", "3g.40gb", 9, 4)
+	prepare := func(n *Node) *drapbv1.NodePrepareResourceResponse {
+		resp, err := (&draService{n: n}).NodePrepareResources(context.Background(), &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{c}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Claims[c.Uid]
+	}
+	if r := prepare(agents["pod-old"]); r.Error != "" {
+		t.Fatalf("old agent: prepare: %s", r.Error)
+	}
+	devs := d.list(t)
+	if len(devs) != 1 {
+		t.Fatalf("MIG devices after prepare: %+v, want one", devs)
+	}
+	if r := prepare(agents["pod-new"]); r.Error != "" {
+		t.Fatalf("new agent: prepare of the old one's claim: %s", r.Error)
+	}
+	if len(d.list(t)) != 1 {
+		t.Errorf("the new agent made a second MIG device for the claim: %+v", d.list(t))
+	}
+	if !agents["pod-new"].CreatedMIG(d.gpu, devs[0].UUID, devs[0].Placement) {
+		t.Errorf("the new agent does not count the MIG device the old one created for a shared claim as a claim's")
 	}
 }
 

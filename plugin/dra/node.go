@@ -208,13 +208,7 @@ func NewNode(opts NodeOptions) (*Node, error) {
 			return nil, err
 		default:
 			n.claims = claims
-			for _, c := range claims {
-				for _, d := range c.Devices {
-					if d.MIG != nil && d.MIG.UUID != "" {
-						n.created.add(d.MIG.UUID)
-					}
-				}
-			}
+			n.created.addClaims(claims)
 			if len(claims) > 0 {
 				n.log.Info("restored prepared DRA claims from the checkpoint", "file", n.ckpt.path, "claims", len(claims))
 			}

@@ -247,6 +247,14 @@ func (n *Node) prepare(c *drapbv1.Claim, f fetchedClaim, table *Table) (Prepared
 			problem("device %q (request %q): unknown device: this node does not serve it through DRA now", r.Device, r.Request)
 			continue
 		}
+		if d.Partition != nil && ptr.Deref(r.AdminAccess, false) {
+			// A placement becomes a MIG device made for one claim: an
+			// admin-access claim (which consumes nothing) would make one of
+			// its own, or fail on the one a workload holds.
+			problem("device %q (request %q, resource %s): admin access to a GPU partitioned on demand is not served: its placements are MIG devices made for one claim; ask for the MIG devices or GPUs served as such",
+				r.Device, r.Request, d.Resource)
+			continue
+		}
 		if d.Partition != nil {
 			m, ids, err := n.prepareDynamic(pc, d) // dynmig_prepare.go
 			if err != nil {

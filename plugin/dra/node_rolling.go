@@ -98,6 +98,9 @@ func (n *Node) reloadLocked() {
 		return
 	}
 	n.claims = claims
+	// MIG devices the other agent created for its claims are claims'
+	// devices here too, not devices someone else made.
+	n.created.addClaims(claims)
 	n.metrics.preparedClaims.Set(float64(len(claims)))
 }
 

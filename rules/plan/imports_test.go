@@ -73,6 +73,10 @@ var importRules = []importRule{
 	{module + "/cmd/internal/events", "the Event recorder is plumbing: it knows no sink and no rules", func(d string) bool {
 		return under(d, module+"/rules") || under(d, module+"/plugin") || under(d, module+"/labeler") || under(d, module+"/cmd/internal/agent")
 	}},
+	{module + "/cmd/internal/agentconfig", "the agent's configuration names the option types of its parts, never the rules engine or the loop", func(d string) bool {
+		return (under(d, module+"/rules") && !under(d, module+"/rules/plan")) || under(d, nfdEvaluator) || under(d, module+"/cmd/internal/agent")
+	}},
+	{module + "/cmd/internal/gctune", "the collector's tuning is plumbing: it knows no package of ours", func(d string) bool { return ours(d) }},
 	{module + "/cmd/internal/kube", "the API client does not link the rules engine", func(d string) bool {
 		return (under(d, module+"/rules") && !under(d, module+"/rules/plan")) || under(d, nfdEvaluator) || under(d, module+"/cmd/internal/agent")
 	}},
@@ -157,7 +161,7 @@ func TestImportRules(t *testing.T) {
 	pkgs := goList(t)
 	for _, want := range []string{"/discovery", "/discovery/fswatch", "/discovery/statedir", "/discovery/gpusource",
 		"/rules", "/rules/plan", "/labeler", "/plugin/deviceplugin", "/plugin/health", "/plugin/dra", "/plugin/cdi", "/plugin/mps",
-		"/cmd/internal/agent", "/cmd/internal/events", "/cmd/internal/kube"} {
+		"/cmd/internal/agent", "/cmd/internal/agentconfig", "/cmd/internal/gctune", "/cmd/internal/events", "/cmd/internal/kube"} {
 		if !slices.ContainsFunc(pkgs, func(p listedPackage) bool { return p.ImportPath == module+want }) {
 			t.Fatalf("go list did not list %s%s", module, want)
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/cmd/internal/events"
 	"github.com/featureplug/featureplug/cmd/internal/kube"
 	"github.com/featureplug/featureplug/cmd/internal/liveness"
@@ -36,17 +37,6 @@ import (
 	"github.com/featureplug/featureplug/discovery/fswatch"
 	"github.com/featureplug/featureplug/rules/plan"
 )
-
-// GPUSource is where the agent reads GPUs from: the real NVML library or
-// a fake node (package gpusource).
-type GPUSource interface {
-	// Discover reads the node's GPUs. It also returns the NVML the health
-	// watcher should listen to: the same value until the hardware behind it
-	// is replaced (a fake node whose file changed).
-	Discover() (*discovery.Inventory, nvml.Interface, error)
-	// Close releases NVML.
-	Close()
-}
 
 // HealthRecorder takes the devices' health events and the node's health
 // policy: the one device health tracker (health.Tracker).
@@ -60,7 +50,7 @@ type HealthRecorder interface {
 
 // Agent is a running featureplug daemon.
 type Agent struct {
-	cfg      Config
+	cfg      agentconfig.Config
 	log      *slog.Logger
 	registry *prometheus.Registry
 	metrics  *metrics
@@ -95,7 +85,7 @@ type Agent struct {
 
 	// State owned by the loop goroutine.
 	inv        *discovery.Inventory
-	ruleSet    RuleSet
+	ruleSet    agentconfig.RuleSet
 	plan       *plan.Plan // the last good plan, as the rules made it
 	served     *plan.Plan // the plan the sinks serve: plan, gated
 	servedFrom *plan.Plan // the plan served was made from
@@ -329,7 +319,7 @@ func (a *Agent) discover() (*discovery.Inventory, nvml.Interface, error) {
 
 // discoverFor reads the GPUs as the rule set rs needs them: with the MIG
 // geometry when it asks for it (miggeometry.go).
-func (a *Agent) discoverFor(rs RuleSet) (*discovery.Inventory, nvml.Interface, error) {
+func (a *Agent) discoverFor(rs agentconfig.RuleSet) (*discovery.Inventory, nvml.Interface, error) {
 	start := time.Now()
 	inv, lib, err := a.cfg.Source.Discover()
 	if err == nil && needsMIGGeometry(rs) {

@@ -1,13 +1,15 @@
 package agent
 
 import (
-	"github.com/featureplug/featureplug/discovery/gpusource"
-	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
+	"github.com/featureplug/featureplug/discovery/gpusource"
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -38,7 +40,7 @@ func TestHealthzFailsWhenTheHealthWatcherStops(t *testing.T) {
 	}
 	defer src.Close()
 	dir := kubeletsim.ShortTempDir(t)
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "unit", Source: noEventsSource{src}, Rules: "none", RulesEngine: testRulesEngine(),
 		Plugin: deviceplugin.Options{KubeletDir: dir},
 	})

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery/draattr"
 	"github.com/featureplug/featureplug/plugin/cdi"
@@ -63,7 +64,7 @@ func draMPSStart(t *testing.T, e *draTestEnv, root string, records kubeRecords) 
 	if err := os.WriteFile(bin, src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: e.src, Rules: e.rules, RulesEngine: testRulesEngine(),
 		Kube:   kubeclientset.New(e.kube, nil),
 		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet")}, StateDir: e.stateDir, HealthRecovery: time.Hour,

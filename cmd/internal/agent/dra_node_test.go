@@ -21,6 +21,7 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
@@ -95,7 +96,7 @@ func (e *draNodeEnv) start(t *testing.T) (*Agent, kubeRecords, func()) {
 		t.Fatal(err)
 	}
 	records := make(kubeRecords, 4096)
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, Rules: e.rules, RulesEngine: testRulesEngine(),
 		Kube:   kubeclientset.New(e.kube, nil),
 		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "dp")}, StateDir: e.stateDir,

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"github.com/featureplug/featureplug/plugin/kubeletsim"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/featureplug/featureplug/plugin/kubeletsim"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/draattr"
@@ -79,7 +81,7 @@ func newDRATestEnv(t *testing.T) *draTestEnv {
 // ends); records gets its log lines.
 func (e *draTestEnv) start(t *testing.T, records kubeRecords) (*Agent, func()) {
 	t.Helper()
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: e.src, Rules: e.rules, RulesEngine: testRulesEngine(),
 		Kube:   kubeclientset.New(e.kube, nil),
 		Plugin: deviceplugin.Options{KubeletDir: filepath.Join(e.dir, "kubelet")}, StateDir: e.stateDir, HealthRecovery: time.Hour,
@@ -257,7 +259,7 @@ func TestDRASinkRefusesWhatItCannotServe(t *testing.T) {
 		{"no CDI spec directory", true, "", "resource example.com/a (rule rule-a) is served through DRA, which prepares devices as CDI devices: --cdi-spec-dir is empty"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), CDI: cdi.DriverConfig{SpecDir: tt.spec, DriverRoot: t.TempDir()},
+			cfg := agentconfig.Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), CDI: cdi.DriverConfig{SpecDir: tt.spec, DriverRoot: t.TempDir()},
 				Plugin: deviceplugin.Options{KubeletDir: t.TempDir()}, DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)}
 			if tt.kube {
 				cfg.Kube = kube
@@ -296,11 +298,11 @@ func TestServeDRAStartupErrors(t *testing.T) {
 	kube := kubeclientset.New(kubefake.NewClientset(), nil)
 	for _, tt := range []struct {
 		name string
-		cfg  Config
+		cfg  agentconfig.Config
 		want string
 	}{
-		{"no API server", Config{CDI: cdi.DriverConfig{SpecDir: t.TempDir()}}, "--serve dra publishes ResourceSlices: it needs an API server (in-cluster or --kubeconfig)"},
-		{"no CDI spec directory", Config{Kube: kube}, "--serve dra prepares devices as CDI devices: --cdi-spec-dir is empty"},
+		{"no API server", agentconfig.Config{CDI: cdi.DriverConfig{SpecDir: t.TempDir()}}, "--serve dra publishes ResourceSlices: it needs an API server (in-cluster or --kubeconfig)"},
+		{"no CDI spec directory", agentconfig.Config{Kube: kube}, "--serve dra prepares devices as CDI devices: --cdi-spec-dir is empty"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tt.cfg
@@ -313,7 +315,7 @@ func TestServeDRAStartupErrors(t *testing.T) {
 		})
 	}
 	// With both, it starts.
-	_, err = New(Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA, Kube: kube,
+	_, err = New(agentconfig.Config{NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA, Kube: kube,
 		CDI: cdi.DriverConfig{SpecDir: t.TempDir(), DriverRoot: t.TempDir()}, Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		DRARegistryDir: kubeletsim.ShortTempDir(t), DRAPluginDir: kubeletsim.ShortTempDir(t)})
 	if err != nil && !errors.Is(err, context.Canceled) {

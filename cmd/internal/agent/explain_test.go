@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/labeler"
@@ -45,7 +46,7 @@ func TestResourcesChangedEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
 		Plugin:             deviceplugin.Options{KubeletDir: t.TempDir()},
 		MPS:                mps.Options{ControlBinary: "/nonexistent/nvidia-cuda-mps-control"},

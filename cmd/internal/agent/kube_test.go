@@ -15,6 +15,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
@@ -100,7 +101,7 @@ rules:
 	}
 	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-1"}})
 	records := make(kubeRecords, 1000)
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(), Kube: kubeclientset.New(kube, nil),
 		Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		// Rediscovery never comes: only the watch can bring the label.

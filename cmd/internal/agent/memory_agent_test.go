@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 )
@@ -22,7 +23,7 @@ func TestAfterStartupOnceRegistered(t *testing.T) {
 	}
 	afterStartup := make(chan state, 1)
 	var a *Agent
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
 		Plugin:             deviceplugin.Options{KubeletDir: dir},
 		RediscoverInterval: time.Hour,

@@ -1,5 +1,7 @@
 package agent
 
+import "github.com/featureplug/featureplug/cmd/internal/agentconfig"
+
 // migGeometryRuleSet is a rule set that says whether discovery must read
 // the MIG geometry and placements (discovery.ReadMIGGeometry) for it:
 // rules that partition GPUs on demand, or that name DRA devices as
@@ -7,7 +9,7 @@ package agent
 type migGeometryRuleSet interface{ NeedsMIGGeometry() bool }
 
 // needsMIGGeometry reports whether rs wants the MIG geometry read.
-func needsMIGGeometry(rs RuleSet) bool {
+func needsMIGGeometry(rs agentconfig.RuleSet) bool {
 	g, ok := rs.(migGeometryRuleSet)
 	return ok && g.NeedsMIGGeometry()
 }
@@ -17,7 +19,7 @@ func needsMIGGeometry(rs RuleSet) bool {
 // not: at start (discovery comes before the rules) and when a rules edit
 // starts asking for it. It keeps the inventory when discovery fails or the
 // GPU source changed meanwhile (the next rediscovery reads it).
-func (a *Agent) withMIGGeometryFor(rs RuleSet) {
+func (a *Agent) withMIGGeometryFor(rs agentconfig.RuleSet) {
 	if a.inv == nil || !needsMIGGeometry(rs) || needsMIGGeometry(a.ruleSet) {
 		return
 	}

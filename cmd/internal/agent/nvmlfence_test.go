@@ -10,6 +10,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
 )
@@ -27,7 +28,7 @@ func TestNVMLFailingAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Stop)
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "unit", Source: src, Rules: "single", RulesEngine: testRulesEngine(),
 		Plugin: deviceplugin.Options{KubeletDir: dir}, RediscoverInterval: 100 * time.Millisecond,
 	})

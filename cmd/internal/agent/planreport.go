@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/rules/plan"
 )
 
@@ -82,7 +83,7 @@ func (a *Agent) reportPlanProblems(p *plan.Plan) {
 // refused rules keep the last good ones; with none yet (the first load)
 // invalid ones are kept, so that a later discovery can plan with them, and
 // replan reports why nothing serves.
-func (a *Agent) takeRules(rs RuleSet) bool {
+func (a *Agent) takeRules(rs agentconfig.RuleSet) bool {
 	a.planReporter()
 	if a.inv == nil {
 		a.ruleSet = rs
@@ -121,7 +122,7 @@ func (a *Agent) takeRules(rs RuleSet) bool {
 // refuseDrain says that rs would withdraw every resource the last good
 // plan serves without saying so (a truncated or emptied file): log,
 // metric and Warning Event; the last good plan keeps serving.
-func (a *Agent) refuseDrain(rs RuleSet) {
+func (a *Agent) refuseDrain(rs agentconfig.RuleSet) {
 	a.metrics.ruleReloads.WithLabelValues(reloadRefused).Inc()
 	a.metrics.ruleErrors.Inc()
 	msg := fmt.Sprintf("rules %s would serve no resource on this node, where %s serves %d; refused (a file that means it says so explicitly), serving the last good plan",

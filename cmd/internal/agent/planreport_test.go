@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
@@ -29,7 +30,7 @@ func planReportValue(t *testing.T, c prometheus.Metric) float64 {
 }
 
 // planReportRules parses a rules file body for the plan report tests.
-func planReportRules(t *testing.T, body string) RuleSet {
+func planReportRules(t *testing.T, body string) agentconfig.RuleSet {
 	t.Helper()
 	rs, err := testRulesEngine().Parse("r.yaml", []byte("apiVersion: featureplug.io/v1alpha1\nkind: ResourceRules\nrules:\n"+body))
 	if err != nil {
@@ -51,7 +52,7 @@ func TestPlanReport(t *testing.T) {
 	}
 	defer src.Close()
 	var logs bytes.Buffer
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		RulesEngine: testRulesEngine(),
 		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
@@ -89,7 +90,7 @@ func TestPlanReport(t *testing.T) {
 	}
 	p.Problems = []plan.Problem{{Device: "GPU-x", Description: "VFIO NVIDIA L40S", Rule: "vms", Message: "IOMMU group 35 cannot be passed through"}}
 	partial := fixedRuleSet{p}
-	if !a.takeRules(partial) || a.ruleSet != RuleSet(partial) {
+	if !a.takeRules(partial) || a.ruleSet != agentconfig.RuleSet(partial) {
 		t.Fatal("rules that leave out a device the node cannot pass through were not taken")
 	}
 	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues(reloadPartial)); got != 1 {
@@ -108,7 +109,7 @@ func TestPlanReport(t *testing.T) {
 	}
 
 	allBad := planReportRules(t, "- name: bad\n  devices: mig\n  resource: 'nvidia.com/mig {{ .profile }}'\n")
-	if a.takeRules(allBad) || a.ruleSet != RuleSet(partial) {
+	if a.takeRules(allBad) || a.ruleSet != agentconfig.RuleSet(partial) {
 		t.Error("rules that leave out every device they claim replaced the last good")
 	}
 	if got := planReportValue(t, a.metrics.ruleReloads.WithLabelValues("invalid")); got != 2 {
@@ -149,7 +150,7 @@ func (f fixedRuleSet) Plan(*discovery.Inventory, map[string]string) (*plan.Plan,
 func TestReloadThatDrainsTheNodeIsRefused(t *testing.T) {
 	src, inv := openFakeInventory(t, "dgx-h100")
 	var logs bytes.Buffer
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
 		RulesEngine: testRulesEngine(), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
@@ -175,7 +176,7 @@ func TestReloadThatDrainsTheNodeIsRefused(t *testing.T) {
 		t.Errorf("no line says why the rules were refused:\n%s", logs.String())
 	}
 	meant := fixedRuleSet{&plan.Plan{ServeNothing: true}}
-	if !a.takeRules(meant) || a.ruleSet != RuleSet(meant) {
+	if !a.takeRules(meant) || a.ruleSet != agentconfig.RuleSet(meant) {
 		t.Error("rules that say the node serves nothing were refused")
 	}
 }

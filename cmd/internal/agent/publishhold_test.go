@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/labeler"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
@@ -23,7 +24,7 @@ func TestPublishHeldUntilRegistered(t *testing.T) {
 	dir := kubeletsim.ShortTempDir(t)
 	features := filepath.Join(dir, "features")
 	records := make(kubeRecords, 4096)
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
 		Publish: labeler.PublishFile, FeaturesFile: features,
 		Plugin:             deviceplugin.Options{KubeletDir: dir},

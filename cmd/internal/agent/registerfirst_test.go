@@ -10,6 +10,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
@@ -38,7 +39,7 @@ func TestRegisterFirst(t *testing.T) {
 		return false, nil, nil
 	})
 	records := make(kubeRecords, 1000)
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, Rules: "mixed", RulesEngine: testRulesEngine(),
 		Kube:               kubeclientset.New(kube, nil),
 		Plugin:             deviceplugin.Options{KubeletDir: t.TempDir()},

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/discovery/fswatch"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -61,7 +62,7 @@ func (a *Agent) fileSettle() time.Duration {
 	if a.cfg.FileSettle > 0 {
 		return a.cfg.FileSettle
 	}
-	return DefaultFileSettle
+	return agentconfig.DefaultFileSettle
 }
 
 // applyRulesSnapshot takes a settled state of the rules file: a lost file
@@ -115,7 +116,7 @@ func (a *Agent) servingDescription() string {
 }
 
 // acceptRules takes a loaded rule set, or reports why it cannot be taken.
-func (a *Agent) acceptRules(rs RuleSet, err error) bool {
+func (a *Agent) acceptRules(rs agentconfig.RuleSet, err error) bool {
 	if err != nil {
 		a.metrics.ruleReloads.WithLabelValues("invalid").Inc()
 		a.reportRuleError("InvalidRules", err)
@@ -154,7 +155,7 @@ func (a *Agent) reportApplyError(err error) {
 // fails on a device, or names it invalidly, is an error with the message
 // `rules check` gives on this node (plan.CheckTemplates): the agent
 // refuses it whole, as check does, rather than serve the rest.
-func (a *Agent) planFor(rs RuleSet) (*plan.Plan, error) {
+func (a *Agent) planFor(rs agentconfig.RuleSet) (*plan.Plan, error) {
 	p, err := rs.Plan(a.inv, a.nodeLabels)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/plugin/kubeletsim"
@@ -28,17 +29,17 @@ func (r testRuleSet) Digest() string { return r.digest }
 // testRulesEngine is the rules package as the agent's tests use it, wired
 // as cmd/internal/rulesengine does (which imports this package, so the
 // package's own tests cannot import it).
-func testRulesEngine() RulesEngine {
-	return RulesEngine{
-		Default: func() RuleSet { return testRuleSet{rules.Default(), rules.Default().Source()} },
-		Load: func(name string) (RuleSet, error) {
+func testRulesEngine() agentconfig.RulesEngine {
+	return agentconfig.RulesEngine{
+		Default: func() agentconfig.RuleSet { return testRuleSet{rules.Default(), rules.Default().Source()} },
+		Load: func(name string) (agentconfig.RuleSet, error) {
 			rs, err := rules.Load(name)
 			if err != nil {
 				return nil, err
 			}
 			return testRuleSet{rs, rs.Source()}, nil
 		},
-		Parse: func(source string, data []byte) (RuleSet, error) {
+		Parse: func(source string, data []byte) (agentconfig.RuleSet, error) {
 			rs, err := rules.Parse(source, data)
 			if err != nil {
 				return nil, err

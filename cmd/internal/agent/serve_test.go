@@ -15,6 +15,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/cmd/internal/kube/kubeclientset"
 	"github.com/featureplug/featureplug/plugin/cdi"
 	"github.com/featureplug/featureplug/plugin/deviceplugin"
@@ -88,7 +89,7 @@ func TestServeSplitsResourcesByAPI(t *testing.T) {
 	writeRules(plan.ServeDRA)
 	records := make(kubeRecords, 4096)
 	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-1"}})
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(),
 		Kube:               kubeclientset.New(kube, nil),
 		Plugin:             deviceplugin.Options{KubeletDir: kubeletDir},
@@ -179,7 +180,7 @@ func TestServeRefusesDRAItCannotServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	records := make(kubeRecords, 4096)
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, Rules: rulesPath, RulesEngine: testRulesEngine(),
 		Plugin:             deviceplugin.Options{KubeletDir: dir},
 		CDI:                cdi.DriverConfig{SpecDir: filepath.Join(dir, "cdi"), DriverRoot: t.TempDir()},
@@ -238,7 +239,7 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := &Agent{cfg: Config{DefaultServe: tt.def}, inv: inv}
+			a := &Agent{cfg: agentconfig.Config{DefaultServe: tt.def}, inv: inv}
 			p, err := a.planFor(rs)
 			if err != nil {
 				t.Fatalf("planFor: %v", err)
@@ -254,7 +255,7 @@ func TestServeDRATakesMPSRules(t *testing.T) {
 
 	// In the agent: rules reloaded with such a rule are taken.
 	var logs bytes.Buffer
-	a, err := New(Config{
+	a, err := New(agentconfig.Config{
 		NodeName: "n", Source: src, RulesEngine: testRulesEngine(), DefaultServe: plan.ServeDRA,
 		Kube:   kubeclientset.New(kubefake.NewClientset(), nil),
 		Plugin: deviceplugin.Options{KubeletDir: t.TempDir()},
@@ -295,8 +296,8 @@ func TestServeFlagValues(t *testing.T) {
 		{plan.ServeDRA, plan.ServeDRA, ""},
 		{"DRA", "", `--serve: "DRA" is not a kubelet API (use device-plugin or dra)`},
 	} {
-		cfg := Config{DefaultServe: tt.in, Source: realishSource{}, NodeName: "n", RulesEngine: testRulesEngine(), NoDevicePlugins: true}
-		err := checkConfig(&cfg)
+		cfg := agentconfig.Config{DefaultServe: tt.in, Source: realishSource{}, NodeName: "n", RulesEngine: testRulesEngine(), NoDevicePlugins: true}
+		err := cfg.Complete()
 		switch {
 		case tt.err != "" && (err == nil || err.Error() != tt.err):
 			t.Errorf("%q: error %v, want %s", tt.in, err, tt.err)

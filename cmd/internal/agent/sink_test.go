@@ -12,6 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/discovery"
 	"github.com/featureplug/featureplug/discovery/gpusource"
 	"github.com/featureplug/featureplug/rules/plan"
@@ -166,14 +167,14 @@ func TestFakeEndpointsOnlyForFakeNodes(t *testing.T) {
 	fake := openFakeT(t, "dgx-a100")
 	for _, tt := range []struct {
 		name string
-		src  GPUSource
+		src  agentconfig.GPUSource
 		want int
 	}{
 		{"real node", realishSource{}, http.StatusNotFound},
 		{"fake node", fake, http.StatusNoContent},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a := &Agent{cfg: Config{Source: tt.src}, registry: prometheus.NewRegistry()}
+			a := &Agent{cfg: agentconfig.Config{Source: tt.src}, registry: prometheus.NewRegistry()}
 			srv := httptest.NewServer(a.handler())
 			defer srv.Close()
 			for _, path := range []string{"/fake/xid?gpu=0&xid=79", "/fake/ecc?gpu=0"} {

@@ -4,7 +4,7 @@
 package rulesengine
 
 import (
-	"github.com/featureplug/featureplug/cmd/internal/agent"
+	"github.com/featureplug/featureplug/cmd/internal/agentconfig"
 	"github.com/featureplug/featureplug/rules"
 	"github.com/featureplug/featureplug/rules/plan"
 )
@@ -15,26 +15,26 @@ type ruleSet struct {
 	digest string
 }
 
-// Digest implements agent.RuleSet.
+// Digest implements agentconfig.RuleSet.
 func (r ruleSet) Digest() string { return r.digest }
 
 // New returns the rules package as the agent's RulesEngine. A failed Load
 // or Parse gives a nil RuleSet, never an interface holding a nil
 // *rules.RuleSet.
-func New() agent.RulesEngine {
-	return agent.RulesEngine{
-		Default: func() agent.RuleSet {
+func New() agentconfig.RulesEngine {
+	return agentconfig.RulesEngine{
+		Default: func() agentconfig.RuleSet {
 			rs := rules.Default()
 			return ruleSet{rs, rs.Source()}
 		},
-		Load: func(name string) (agent.RuleSet, error) {
+		Load: func(name string) (agentconfig.RuleSet, error) {
 			rs, err := rules.Load(name)
 			if err != nil {
 				return nil, err
 			}
 			return ruleSet{rs, rs.Source()}, nil
 		},
-		Parse: func(source string, data []byte) (agent.RuleSet, error) {
+		Parse: func(source string, data []byte) (agentconfig.RuleSet, error) {
 			rs, err := rules.Parse(source, data)
 			if err != nil {
 				return nil, err
