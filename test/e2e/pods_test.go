@@ -637,8 +637,9 @@ func (p *podsRun) testDRA(t *testing.T) {
 var podsDynMIGRules = dynE2ERulesFor("[1g.10gb]", "")
 
 // testDynamicMIG: a MIG device created at Prepare for a pod asking for
-// the extended resource of a profile's DeviceClass, destroyed when the pod
-// is deleted.
+// the extended resource of a profile's DeviceClass, or with a ResourceClaim
+// of that class, destroyed when the pod is deleted; then two such pods at
+// once.
 func (p *podsRun) testDynamicMIG(t *testing.T) {
 	dir := shortTempDir(t)
 	rules := filepath.Join(dir, "rules.yaml")
