@@ -80,7 +80,8 @@ demo: build
 ## kubelet and containerd 2 with runc (root only; Debian: apt-get install
 ## runc), featureplug on a fake node next to them, and pods whose containers
 ## print what they got: device nodes, driver files, environment, through the
-## device plugins (cdi-cri, cdi-annotations, envvar, MIG, MPS) and DRA, then
+## device plugins (cdi-cri, cdi-annotations, envvar, MIG, MPS), DRA and
+## dynamic MIG (a MIG device created for the pod, destroyed after), then
 ## an XID on a running pod's GPU and a kill -9 of the agent with a kubelet
 ## restart. About a minute once `make test` has built everything.
 ## PODS_ROUNDS=5 runs five pods per path for the medians of

@@ -40,7 +40,16 @@ const (
 
 // dynE2ERules partitions every H100 on demand into 1g.10gb, 2g.20gb and
 // 3g.40gb devices, and offers the whole GPU too.
-const dynE2ERules = `apiVersion: featureplug.io/v1alpha1
+var dynE2ERules = dynE2ERulesFor("[1g.10gb, 2g.20gb, 3g.40gb]", dynE2EWhole)
+
+// dynE2ERulesFor partitions every H100 on demand into profiles (a YAML
+// list) and offers the whole GPU as wholeGPU, unless that is "".
+func dynE2ERulesFor(profiles, wholeGPU string) string {
+	whole := ""
+	if wholeGPU != "" {
+		whole = "    wholeGPU: " + wholeGPU + "\n"
+	}
+	return `apiVersion: featureplug.io/v1alpha1
 kind: ResourceRules
 rules:
 - name: h100-dynamic
@@ -52,9 +61,9 @@ rules:
   resource: 'nvidia.com/mig-{{ .profile }}'
   mig:
     partition: dynamic
-    profiles: [1g.10gb, 2g.20gb, 3g.40gb]
-    wholeGPU: ` + dynE2EWhole + `
-`
+    profiles: ` + profiles + `
+` + whole
+}
 
 // dynE2EMIGStateFile is where the fake node keeps its MIG state under its
 // driver root (fakenode.MIGStateFile).
@@ -161,17 +170,25 @@ func (n *dynE2ENode) waitPool(t *testing.T, want int) map[string]resourceapi.Dev
 
 // dynE2EMIG is a MIG device of the fake node's NVML state.
 type dynE2EMIG struct {
-	GPUInstanceID uint32
-	ProfileID     uint32
-	Start         int
-	UUID          string // "" for a GPU instance without a compute instance
+	GPUInstanceID     uint32
+	ComputeInstanceID uint32
+	ProfileID         uint32
+	Start             int
+	UUID              string // "" for a GPU instance without a compute instance
 }
 
 // migState reads the fake node's MIG devices (GPU 0's) from its driver
 // root: what its NVML shows.
 func (n *dynE2ENode) migState(t *testing.T) []dynE2EMIG {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(n.driverRoot, dynE2EMIGStateFile))
+	return dynE2EReadMIG(t, n.driverRoot)
+}
+
+// dynE2EReadMIG reads GPU 0's MIG devices from the MIG state the fake node
+// keeps under driverRoot.
+func dynE2EReadMIG(t *testing.T, driverRoot string) []dynE2EMIG {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(driverRoot, dynE2EMIGStateFile))
 	if err != nil {
 		t.Fatalf("the fake node's MIG state: %v", err)
 	}
@@ -182,6 +199,7 @@ func (n *dynE2ENode) migState(t *testing.T) []dynE2EMIG {
 				ProfileID uint32 `json:"profileID"`
 				Start     int    `json:"start"`
 				Compute   []struct {
+					ID   uint32 `json:"id"`
 					UUID string `json:"uuid"`
 				} `json:"computeInstances"`
 			} `json:"instances"`
@@ -197,7 +215,7 @@ func (n *dynE2ENode) migState(t *testing.T) []dynE2EMIG {
 			t.Errorf("GPU instance at memory slice %d holds %d compute instances, want 1", gi.Start, len(gi.Compute))
 		}
 		if len(gi.Compute) > 0 {
-			m.UUID = gi.Compute[0].UUID
+			m.ComputeInstanceID, m.UUID = gi.Compute[0].ID, gi.Compute[0].UUID
 		}
 		out = append(out, m)
 	}
@@ -319,7 +337,7 @@ func (n *dynE2ENode) wantMIG(t *testing.T, claimed ...dynE2EClaimed) {
 	// claim is prepared: no waiting.
 	got := n.migState(t)
 	for i := range got {
-		got[i].GPUInstanceID = 0
+		got[i].GPUInstanceID, got[i].ComputeInstanceID = 0, 0
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("the fake NVML holds MIG devices %+v, want exactly %+v", got, want)

@@ -92,6 +92,13 @@ type podsRun struct {
 //   - DRA: a pod with a ResourceClaim and one asking for an extended
 //     resource of a DeviceClass's extendedResourceName run through the
 //     kubelet's DRA manager with the claim's CDI devices;
+//   - dynamic MIG (a fake H100 partitioned on demand): a pod asking for
+//     nvidia.com/mig-1g.10gb, or with a ResourceClaim of its class, gets
+//     the MIG device created for it at the placement the scheduler chose
+//     (its GPU's node and exactly that device's capability nodes, its CDI
+//     spec), the fake NVML holds exactly that device while the pod runs,
+//     and none once the pod is deleted; two such pods at once get two MIG
+//     devices at different placements, each container only its own;
 //   - health: XID 79 on a running pod's GPU takes it out of the kubelet's
 //     allocatable, leaves the running container alone, and the next pod
 //     gets healthy GPUs;
@@ -136,6 +143,7 @@ func TestPodsRun(t *testing.T) {
 	t.Run("DevicePluginEnvvar", p.testEnvvar)
 	t.Run("MPS", p.testMPS)
 	t.Run("DRA", p.testDRA)
+	t.Run("DynamicMIG", p.testDynamicMIG)
 	t.Run("Health", p.testHealth)
 	// Last: it restarts the kubelet.
 	t.Run("Restart", p.testRestart)
@@ -310,11 +318,11 @@ func (p *podsRun) logFigures(t *testing.T) {
 	defer p.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "pod bound -> container running with its devices (%d pod(s) per path):\n", p.rounds)
-	fmt.Fprintf(&b, "  %-34s %5s %9s %9s %9s\n", "PATH", "PODS", "MEDIAN", "MIN", "MAX")
+	fmt.Fprintf(&b, "  %-40s %5s %9s %9s %9s\n", "PATH", "PODS", "MEDIAN", "MIN", "MAX")
 	for _, path := range p.paths {
 		ds := slices.Clone(p.figures[path])
 		slices.Sort(ds)
-		fmt.Fprintf(&b, "  %-34s %5d %9s %9s %9s\n", path, len(ds),
+		fmt.Fprintf(&b, "  %-40s %5d %9s %9s %9s\n", path, len(ds),
 			ds[len(ds)/2].Round(time.Millisecond), ds[0].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 	}
 	t.Log(b.String())
@@ -621,6 +629,176 @@ func (p *podsRun) testDRA(t *testing.T) {
 		}
 		p.checkCDI(t, name, r, p.draDevices(t, got.Status.ExtendedResourceClaimStatus.ResourceClaimName, a100), devs)
 		p.delete(t, name)
+	}
+}
+
+// podsDynMIGRules partition every H100 on demand into 1g.10gb devices
+// only (no whole GPU: the DRA path's classes stay the only others).
+var podsDynMIGRules = dynE2ERulesFor("[1g.10gb]", "")
+
+// testDynamicMIG: a MIG device created at Prepare for a pod asking for
+// the extended resource of a profile's DeviceClass, or with a ResourceClaim
+// of that class, destroyed when the pod is deleted; then two such pods at
+// once.
+func (p *podsRun) testDynamicMIG(t *testing.T) {
+	dir := shortTempDir(t)
+	rules := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, []byte(podsDynMIGRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fakeNode := filepath.Join(build.root, "test", "e2e", dynE2EFakeNode)
+	a := p.startAgent(t, fakeNode, rules, "cdi-cri",
+		"--serve", "dra",
+		"--kubelet-registry-dir", p.node.PluginRegistryDir,
+		"--dra-plugin-dir", filepath.Join(p.node.PluginsDir, draE2EDriver))
+	a.waitMetric(t, "featureplug_dra_registered", func(v float64) bool { return v == 1 })
+	classes := draE2ECreateClasses(t, p.api, rules)
+	harness.StartScheduler(t, p.api)
+	harness.StartControllerManager(t, p.api, harness.ResourceClaimController)
+
+	class := ""
+	for _, c := range classes {
+		if c.Spec.ExtendedResourceName != nil && *c.Spec.ExtendedResourceName == dynE2E1g {
+			class = c.Name
+		}
+	}
+	if class == "" {
+		t.Fatalf("featureplug dra classes made no DeviceClass for %s of %s", dynE2E1g, rules)
+	}
+	m := podsDynMIG{driverRoot: filepath.Join(p.driverRoots, filepath.Base(fakeNode))}
+	m.minor = cdiDiscover(t, fakeNode)[discover(t, fakeNode).GPUs[0].UUID].gpuMinor
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	claims := p.api.Client.ResourceV1().ResourceClaims(draE2ENamespace)
+	for i := range p.rounds {
+		// -wait keeps the containers running: their claims stay prepared.
+		name := fmt.Sprintf("dynmig-ext-%d", i)
+		pod := podsLimits(p.node.ProbePod(name, "-wait"), dynE2E1g, 1)
+		pod.Spec.NodeName = ""
+		ext := p.startDynMIG(t, "DRA dynamic MIG, extendedResourceName", pod, "")
+		p.checkDynMIG(t, m, ext)
+		p.deleteDynMIG(t, m, ext)
+
+		claim := draE2EClaim(fmt.Sprintf("dynmig-%d", i), "")
+		claim.Spec.Devices.Requests[0].Exactly.DeviceClassName = class
+		claim.Spec.Devices.Requests[0].Exactly.Selectors = nil
+		if _, err := claims.Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		name = fmt.Sprintf("dynmig-claim-%d", i)
+		pod = p.node.ProbePod(name, "-wait")
+		pod.Spec.NodeName = ""
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim.Name}}
+		pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+		own := p.startDynMIG(t, "DRA dynamic MIG, ResourceClaim", pod, claim.Name)
+		p.checkDynMIG(t, m, own)
+		p.deleteDynMIG(t, m, own)
+		if err := claims.Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Two at once: two MIG devices at placements that do not overlap, each
+	// container seeing only its own.
+	var pair []*podsDynMIGPod
+	for _, name := range []string{"dynmig-pair-a", "dynmig-pair-b"} {
+		pod := podsLimits(p.node.ProbePod(name, "-wait"), dynE2E1g, 1)
+		pod.Spec.NodeName = ""
+		pair = append(pair, p.startDynMIG(t, "", pod, ""))
+	}
+	if pair[0].start == pair[1].start {
+		t.Fatalf("pods %s and %s were both allocated memory slice %d (%s, %s)", pair[0].name, pair[1].name, pair[0].start, pair[0].device, pair[1].device)
+	}
+	p.checkDynMIG(t, m, pair...)
+	p.deleteDynMIG(t, m, pair...)
+}
+
+// podsDynMIG is the fake H100 of the dynamic MIG path.
+type podsDynMIG struct {
+	driverRoot string // its fake driver root, which holds its NVML's MIG state
+	minor      int    // its device node's minor
+}
+
+// podsDynMIGPod is a running pod of the dynamic MIG path: its claim, the
+// placement device allocated to it, what its container reported, and the
+// MIG device created for it once checked.
+type podsDynMIGPod struct {
+	name, claim, device string
+	profile             uint32
+	start               int
+	report              *podprobe.Report
+	mig                 dynE2EMIG
+}
+
+// startDynMIG runs pod, whose claim (the one the scheduler makes for its
+// extended resource when claim is "") asks for one dynamic MIG device,
+// recording its bound -> running time under path (unless ""), and reads
+// the placement allocated.
+func (p *podsRun) startDynMIG(t *testing.T, path string, pod *corev1.Pod, claim string) *podsDynMIGPod {
+	t.Helper()
+	r, got := p.run(t, path, pod)
+	if claim == "" {
+		if got.Status.ExtendedResourceClaimStatus == nil {
+			t.Fatalf("pod %s asking for %s runs without the claim the scheduler makes", pod.Name, dynE2E1g)
+		}
+		claim = got.Status.ExtendedResourceClaimStatus.ResourceClaimName
+	}
+	devs := draE2EAllocated(t, p.api, podsNode, claim)
+	if len(devs) != 1 {
+		t.Fatalf("pod %s: claim %s allocated %v, want one device", pod.Name, claim, devs)
+	}
+	profile, start, ok := dynE2EPlacement(devs[0])
+	if !ok {
+		t.Fatalf("pod %s: claim %s was allocated %s, which is no placement device", pod.Name, claim, devs[0])
+	}
+	return &podsDynMIGPod{name: pod.Name, claim: claim, device: devs[0], profile: profile, start: start, report: r}
+}
+
+// checkDynMIG checks that the fake NVML holds exactly one MIG device per
+// running pod, at the placement allocated to it, and that each container
+// sees exactly its own through its claim's CDI spec.
+func (p *podsRun) checkDynMIG(t *testing.T, m podsDynMIG, running ...*podsDynMIGPod) {
+	t.Helper()
+	migs := dynE2EReadMIG(t, m.driverRoot)
+	if len(migs) != len(running) {
+		t.Fatalf("%d pod(s) run with dynamic MIG devices: the fake NVML holds MIG devices %+v", len(running), migs)
+	}
+	for _, r := range running {
+		i := slices.IndexFunc(migs, func(g dynE2EMIG) bool { return g.Start == r.start && g.ProfileID == r.profile && g.UUID != "" })
+		if i < 0 {
+			t.Fatalf("pod %s runs with placement %s: the fake NVML holds MIG devices %+v, none of profile %d at memory slice %d", r.name, r.device, migs, r.profile, r.start)
+		}
+		r.mig = migs[i]
+		p.checkCDI(t, r.name, r.report, []string{r.mig.UUID}, map[string]cdiDevice{r.mig.UUID: {
+			uuid: r.mig.UUID, gpuMinor: m.minor, mig: true, gi: int(r.mig.GPUInstanceID), ci: int(r.mig.ComputeInstanceID),
+		}})
+		t.Logf("pod %s: claim %s allocated %s, MIG device %s (GPU instance %d, compute instance %d) created for it",
+			r.name, r.claim, r.device, r.mig.UUID, r.mig.GPUInstanceID, r.mig.ComputeInstanceID)
+	}
+}
+
+// deleteDynMIG deletes the checked pods and checks that their MIG devices
+// are destroyed, and their CDI specs gone, once the kubelet let them go.
+func (p *podsRun) deleteDynMIG(t *testing.T, m podsDynMIG, pods ...*podsDynMIGPod) {
+	t.Helper()
+	for _, r := range pods {
+		p.delete(t, r.name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	// The kubelet unprepares a claim once the pod's containers are gone,
+	// on its own schedule.
+	if err := waitFor(ctx, func() (bool, string) {
+		left := dynE2EReadMIG(t, m.driverRoot)
+		return len(left) == 0, fmt.Sprintf("MIG devices %+v", left)
+	}); err != nil {
+		t.Fatalf("pods deleted: their MIG devices are not destroyed: %v", err)
+	}
+	cache := cdiLoad(t, p.node.CDISpecDir)
+	for _, r := range pods {
+		if d := cache.GetDevice(cdiKind + "=" + r.mig.UUID); d != nil {
+			t.Errorf("pod %s deleted and its MIG device %s destroyed: the device is still in CDI spec %s", r.name, r.mig.UUID, d.GetSpec().GetPath())
+		}
 	}
 }
 
