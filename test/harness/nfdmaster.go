@@ -3,11 +3,13 @@ package harness
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -87,12 +89,46 @@ func waitHTTPOK(ctx context.Context, p *Process, url string) error {
 	})
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// chosen below the kernel's ephemeral range: a port from that range (what
+// listening on port 0 gives) can be taken by any outgoing connection (an
+// API client's) before the component that is handed it binds it.
 func FreePort() (int, error) {
+	low := ephemeralLow()
+	const first = 20000
+	for range 200 {
+		if low <= first {
+			break
+		}
+		port := first + rand.IntN(low-first)
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			_ = l.Close()
+			return port, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("listening on a free loopback port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read).
+func ephemeralLow() int {
+	const linuxDefault = 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return linuxDefault
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return linuxDefault
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return linuxDefault
+	}
+	return n
 }
