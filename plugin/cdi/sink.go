@@ -53,13 +53,8 @@ type Sink struct {
 	devices  prometheus.Gauge
 
 	// The agent loop's goroutine only.
-	checked  built // the spec Check made last, for Apply
-	lastPlan *plan.Plan
-	lastInv  *discovery.Inventory
-	// lastSpec is the spec last written for lastPlan (nil: no device, no
-	// file).
-	lastSpec *specs.Spec
-	cleaned  bool
+	specState
+	cleaned bool
 }
 
 // built is a spec made for one inventory and plan.
@@ -67,6 +62,38 @@ type built struct {
 	inv  *discovery.Inventory
 	plan *plan.Plan
 	spec *specs.Spec
+}
+
+// specState is what a spec sink keeps on the agent loop's goroutine: the
+// spec its Check made last, for Apply, and the plan, inventory and spec it
+// applied last (lastSpec nil: no device, no file).
+type specState struct {
+	checked  built
+	lastPlan *plan.Plan
+	lastInv  *discovery.Inventory
+	lastSpec *specs.Spec
+}
+
+// current reports whether there is nothing to do for inv and p: no plan
+// yet, or the plan and inventory applied last.
+func (st *specState) current(inv *discovery.Inventory, p *plan.Plan) bool {
+	return p == nil || (p == st.lastPlan && inv == st.lastInv)
+}
+
+// checkedSpec returns the spec check made for inv and p, running check
+// first when the last one was for others.
+func (st *specState) checkedSpec(inv *discovery.Inventory, p *plan.Plan, check func(*discovery.Inventory, *plan.Plan) error) (*specs.Spec, error) {
+	if st.checked.inv != inv || st.checked.plan != p {
+		if err := check(inv, p); err != nil {
+			return nil, err
+		}
+	}
+	return st.checked.spec, nil
+}
+
+// applied records spec as written for inv and p.
+func (st *specState) applied(inv *discovery.Inventory, p *plan.Plan, spec *specs.Spec) {
+	st.lastPlan, st.lastInv, st.lastSpec = p, inv, spec
 }
 
 // NewSink returns the CDI spec sink of c.
@@ -109,7 +136,7 @@ func (s *Sink) Name() string { return "CDI spec" }
 // Check implements the agent's Sink: the spec of p's devices can be made.
 // Before any plan there is nothing to describe.
 func (s *Sink) Check(inv *discovery.Inventory, p *plan.Plan) error {
-	if p == nil || (p == s.lastPlan && inv == s.lastInv) {
+	if s.current(inv, p) {
 		return nil
 	}
 	served := p
@@ -127,15 +154,13 @@ func (s *Sink) Check(inv *discovery.Inventory, p *plan.Plan) error {
 // Apply implements the agent's Sink: it writes the spec Check made (a spec
 // an earlier run left stays until the first plan).
 func (s *Sink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Plan) error {
-	if p == nil || (p == s.lastPlan && inv == s.lastInv) {
+	if s.current(inv, p) {
 		return nil
 	}
-	if s.checked.inv != inv || s.checked.plan != p {
-		if err := s.Check(inv, p); err != nil {
-			return err
-		}
+	spec, err := s.checkedSpec(inv, p, s.Check)
+	if err != nil {
+		return err
 	}
-	spec := s.checked.spec
 	kind := s.c.Options.Kind
 	changed, err := s.c.Writer.Write(kind, spec)
 	if err != nil {
@@ -155,7 +180,7 @@ func (s *Sink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Plan) 
 		}
 	}
 	s.removeStale()
-	s.lastPlan, s.lastInv, s.lastSpec = p, inv, spec
+	s.applied(inv, p, spec)
 	return nil
 }
 

@@ -81,10 +81,7 @@ type VFIOSink struct {
 	log    *slog.Logger
 
 	// The agent loop's goroutine only.
-	checked  built
-	lastPlan *plan.Plan
-	lastInv  *discovery.Inventory
-	lastSpec *specs.Spec
+	specState
 }
 
 // NewVFIOSink returns the VFIO spec sink writing through w, logging to
@@ -102,7 +99,7 @@ func (s *VFIOSink) Name() string { return "VFIO CDI spec" }
 // Check implements the agent's Sink: the spec of p's VFIO devices served
 // through DRA can be made.
 func (s *VFIOSink) Check(inv *discovery.Inventory, p *plan.Plan) error {
-	if p == nil || (p == s.lastPlan && inv == s.lastInv) {
+	if s.current(inv, p) {
 		return nil
 	}
 	spec, err := BuildVFIO(p.ServedThrough(plan.ServeDRA, ""))
@@ -116,15 +113,13 @@ func (s *VFIOSink) Check(inv *discovery.Inventory, p *plan.Plan) error {
 // Apply implements the agent's Sink: it writes the spec Check made, or
 // removes the file when no VFIO device is served through DRA.
 func (s *VFIOSink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Plan) error {
-	if p == nil || (p == s.lastPlan && inv == s.lastInv) {
+	if s.current(inv, p) {
 		return nil
 	}
-	if s.checked.inv != inv || s.checked.plan != p {
-		if err := s.Check(inv, p); err != nil {
-			return err
-		}
+	spec, err := s.checkedSpec(inv, p, s.Check)
+	if err != nil {
+		return err
 	}
-	spec := s.checked.spec
 	changed, err := s.writer.Write(VFIOKind, spec)
 	if err != nil {
 		return err
@@ -136,7 +131,7 @@ func (s *VFIOSink) Apply(_ context.Context, inv *discovery.Inventory, p *plan.Pl
 			s.log.Info("VFIO CDI spec written", "path", s.writer.Path(VFIOKind), "devices", len(spec.Devices))
 		}
 	}
-	s.lastPlan, s.lastInv, s.lastSpec = p, inv, spec
+	s.applied(inv, p, spec)
 	return nil
 }
 
